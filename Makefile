@@ -1,0 +1,178 @@
+# ShadowSync: plain GNU make.  `make` builds everything, `make check` runs
+# every test (installing missing Debian packages first), `make help` lists
+# the targets.
+
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+PREFIX  ?= /usr/local
+DESTDIR ?=
+# Output folder; the sanitizer builds use their own ($(O)/asan, $(O)/tsan).
+O       ?= build
+# Extra compile and link flags, e.g. -fsanitize=address (used by check).
+SAN     ?=
+
+VERSION := 0.1.0
+SOVERSION := 0
+
+# -std, -Werror and the include paths are not left to CFLAGS: the code
+# relies on them.
+SS_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
+	-Iinclude -Isrc -MMD -MP $(SAN)
+SS_LIBS := -lhwloc -lrdmacm -libverbs -lpthread -lm
+TEST_LIBS := -lcriterion
+
+LIB_SRCS := $(sort $(wildcard src/*/*.c))
+CMD_SRCS := $(sort $(wildcard tools/shadowsync/*.c))
+TEST_SRCS := $(sort $(wildcard tests/test_*.c))
+PERF_SRCS := $(sort $(wildcard perf/*.c))
+
+LIB_OBJS := $(LIB_SRCS:%.c=$(O)/obj/%.o)
+CMD_OBJS := $(CMD_SRCS:%.c=$(O)/obj/%.o)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
+PERF_BINS := $(PERF_SRCS:perf/%.c=$(O)/perf/%)
+
+STATIC_LIB := $(O)/lib/libshadowsync.a
+SHARED_LIB := $(O)/lib/libshadowsync.so
+COMMAND := $(O)/bin/shadowsync
+
+# Tests that start threads also run under ThreadSanitizer.
+THREADED_TESTS := test_topo_pin
+TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
+
+.SECONDARY:
+
+.PHONY: all lib command tests perf check test deps format format-check \
+	install uninstall clean help
+
+all: lib command tests perf
+
+lib: $(STATIC_LIB) $(SHARED_LIB)
+command: $(COMMAND)
+tests: $(TEST_BINS)
+tsan-tests: $(TSAN_BINS)
+perf: $(PERF_BINS)
+
+$(O)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(SS_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(STATIC_LIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	rm -f $@
+	$(AR) rcs $@ $^
+
+$(SHARED_LIB): $(LIB_OBJS)
+	@mkdir -p $(@D)
+	$(CC) -shared -Wl,-soname,libshadowsync.so.$(SOVERSION) $(SAN) \
+		$(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
+$(COMMAND): $(CMD_OBJS) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
+# Tests know where the sources and the command are.
+$(O)/obj/tests/%.o: SS_CFLAGS += -DSS_SOURCE_DIR='"$(CURDIR)"' \
+	-DSS_COMMAND='"$(abspath $(COMMAND))"'
+
+$(O)/tests/%: $(O)/obj/tests/%.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS) $(TEST_LIBS)
+
+# Threaded tests built for ThreadSanitizer run under tests/tsan_runner.c
+# instead of Criterion (see tests/scenario.h).
+
+$(O)/obj/tsan/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(SS_CFLAGS) -DSS_TSAN_RUNNER $(CFLAGS) -c $< -o $@
+
+$(O)/tsan/%: $(O)/obj/tsan/%.o $(O)/obj/tsan/tsan_runner.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
+$(O)/perf/%: $(O)/obj/perf/%.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
+# The tests run against the command too, so build it first.
+$(TEST_BINS): | $(COMMAND)
+
+# ---- tests ----------------------------------------------------------------
+
+deps:
+	@tools/install-deps
+
+# check installs what is missing, then re-reads this Makefile in a fresh
+# make so that nothing is evaluated before the packages are there.
+check: deps
+	@$(MAKE) --no-print-directory test
+
+# Every test, then the unit tests under ASan+UBSan and the threaded ones
+# under TSan, then an install into a temporary prefix.
+test: format-check all
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
+	@$(MAKE) --no-print-directory O=$(O)/asan \
+		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
+		tests
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label asan $(TEST_SRCS:tests/%.c=$(O)/asan/tests/%)
+	@$(MAKE) --no-print-directory O=$(O)/tsan SAN='-fsanitize=thread' \
+		tsan-tests
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label tsan \
+		$(THREADED_TESTS:%=$(O)/tsan/tsan/%)
+	@tests/install-test
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --summary
+
+# ---- install --------------------------------------------------------------
+
+$(O)/shadowsync.pc: shadowsync.pc.in Makefile
+	@mkdir -p $(@D)
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+install: lib command $(O)/shadowsync.pc
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/shadowsync $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(SHARED_LIB) \
+		$(DESTDIR)$(PREFIX)/lib/libshadowsync.so.$(VERSION)
+	ln -sf libshadowsync.so.$(VERSION) \
+		$(DESTDIR)$(PREFIX)/lib/libshadowsync.so.$(SOVERSION)
+	ln -sf libshadowsync.so.$(SOVERSION) \
+		$(DESTDIR)$(PREFIX)/lib/libshadowsync.so
+	install -m 644 include/shadowsync/*.h \
+		$(DESTDIR)$(PREFIX)/include/shadowsync/
+	install -m 644 $(O)/shadowsync.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 755 $(COMMAND) $(DESTDIR)$(PREFIX)/bin/
+
+uninstall:
+	rm -rf $(DESTDIR)$(PREFIX)/include/shadowsync
+	rm -f $(DESTDIR)$(PREFIX)/lib/libshadowsync.* \
+		$(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc \
+		$(DESTDIR)$(PREFIX)/bin/shadowsync
+
+# ---- housekeeping ---------------------------------------------------------
+
+FORMAT_FILES = $(wildcard include/shadowsync/*.h src/*/*.[ch] \
+	tools/shadowsync/*.[ch] tests/*.[ch] perf/*.[ch])
+
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	@clang-format --dry-run --Werror $(FORMAT_FILES) || \
+		{ echo "format-check: run 'make format' to fix the layout" >&2; exit 1; }
+
+clean:
+	rm -rf $(O)
+
+help:
+	@echo "make              build the library, the command, tests and perf programs"
+	@echo "make check        install missing packages, then run every test"
+	@echo "make deps         install missing Debian packages (root) or print the command"
+	@echo "make install      install into PREFIX=$(PREFIX) (honours DESTDIR)"
+	@echo "make format       reformat the sources with clang-format"
+	@echo "make format-check fail when a source is not formatted"
+	@echo "make clean        remove $(O)/"
+	@echo "variables: CC CFLAGS PREFIX DESTDIR O"
+
+-include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
+	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d)

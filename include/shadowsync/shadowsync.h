@@ -1,0 +1,12 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * ShadowSync: distributed training with synchronization in the background.
+ * The umbrella header: include this one.
+ */
+#ifndef SHADOWSYNC_H
+#define SHADOWSYNC_H
+
+#include "shadowsync/base.h"
+#include "shadowsync/topo.h"
+
+#endif /* SHADOWSYNC_H */

@@ -1,0 +1,117 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* Discovering a topology: this machine, an XML file, or a synthetic one. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "topo_internal.h"
+
+static const char ss_topo_hint[] =
+	"give a synthetic description such as 'package:2 core:16 pu:2', or an XML file written by `lstopo --of xml FILE`";
+
+/* A source names a file when it ends in .xml or when such a file exists. */
+static bool ss_topo_source_is_file(const char *source)
+{
+	size_t len = strlen(source);
+	struct stat st;
+
+	return (len > 4 && strcmp(source + len - 4, ".xml") == 0) ||
+	       stat(source, &st) == 0;
+}
+
+static int ss_topo_set_source(struct ss_topo *topo, const char *source)
+{
+	struct stat st;
+
+	if (!ss_topo_source_is_file(source)) {
+		if (hwloc_topology_set_synthetic(topo->hw, source) < 0)
+			return ss_error_set(
+				SS_ETOPO,
+				"not a valid hwloc synthetic description",
+				ss_topo_hint, "topology '%s'", source);
+		return 0;
+	}
+	if (stat(source, &st) < 0)
+		return ss_error_set(SS_ETOPO, strerror(errno), ss_topo_hint,
+				    "topology file '%s'", source);
+	if (!S_ISREG(st.st_mode))
+		return ss_error_set(SS_ETOPO, "not a regular file",
+				    ss_topo_hint, "topology file '%s'", source);
+	if (hwloc_topology_set_xml(topo->hw, source) < 0)
+		return ss_error_set(SS_ETOPO, "not a readable hwloc XML file",
+				    ss_topo_hint, "topology file '%s'", source);
+	return 0;
+}
+
+int ss_topo_open(struct ss_topo **out, const char *source)
+{
+	struct ss_topo *topo;
+	int rc;
+
+	*out = NULL;
+	topo = calloc(1, sizeof(*topo));
+	if (!topo)
+		return ss_error_set(-ENOMEM, NULL, NULL, "topology");
+	if (hwloc_topology_init(&topo->hw) < 0) {
+		rc = ss_error_set(-errno, NULL, NULL, "hwloc_topology_init");
+		goto err_topo;
+	}
+	snprintf(topo->source, sizeof(topo->source), "%s",
+		 source && *source ? source : "this machine");
+	if (source && *source) {
+		rc = ss_topo_set_source(topo, source);
+		if (rc < 0)
+			goto err_hw;
+	}
+	/* The NIC's place comes from its PCI device and OS device objects. */
+	hwloc_topology_set_io_types_filter(topo->hw,
+					   HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+	if (hwloc_topology_load(topo->hw) < 0) {
+		rc = ss_error_set(SS_ETOPO,
+				  source && *source ?
+					  "hwloc could not load it" :
+					  strerror(errno),
+				  ss_topo_hint, "topology '%s'", topo->source);
+		goto err_hw;
+	}
+	topo->this_machine = hwloc_topology_is_thissystem(topo->hw);
+	*out = topo;
+	return 0;
+
+err_hw:
+	hwloc_topology_destroy(topo->hw);
+err_topo:
+	free(topo);
+	return rc;
+}
+
+void ss_topo_close(struct ss_topo **topo)
+{
+	if (!topo || !*topo)
+		return;
+	hwloc_topology_destroy((*topo)->hw);
+	free(*topo);
+	*topo = NULL;
+}
+
+bool ss_topo_is_this_machine(const struct ss_topo *topo)
+{
+	return topo->this_machine;
+}
+
+static int ss_topo_count(const struct ss_topo *topo, hwloc_obj_type_t type)
+{
+	int n = hwloc_get_nbobjs_by_type(topo->hw, type);
+
+	return n < 0 ? 0 : n;
+}
+
+void ss_topo_summarize(const struct ss_topo *topo,
+		       struct ss_topo_summary *summary)
+{
+	summary->packages = ss_topo_count(topo, HWLOC_OBJ_PACKAGE);
+	summary->numa_nodes = ss_topo_count(topo, HWLOC_OBJ_NUMANODE);
+	summary->cores = ss_topo_count(topo, HWLOC_OBJ_CORE);
+	summary->pus = ss_topo_count(topo, HWLOC_OBJ_PU);
+}

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* The subcommands of the shadowsync command. */
+#ifndef SS_COMMAND_H
+#define SS_COMMAND_H
+
+/* Exit statuses shared by every subcommand. */
+enum {
+	SS_EXIT_OK = 0,
+	SS_EXIT_FAILURE = 1, /* the work failed */
+	SS_EXIT_USAGE = 2, /* bad options: nothing was done */
+};
+
+/* Each returns the process's exit status. */
+int ss_cmd_topo(int argc, char **argv);
+
+/*
+ * ss_cmd_fail() - print the last failure for the user and return the exit
+ * status that goes with @code.
+ */
+int ss_cmd_fail(const char *prog, int code);
+
+#endif /* SS_COMMAND_H */

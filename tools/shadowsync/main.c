@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* shadowsync: the command users run.  Dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "command.h"
+#include "shadowsync/base.h"
+
+static const struct {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *summary;
+} ss_commands[] = {
+	{ "topo", ss_cmd_topo,
+	  "print the placement plan: shadow thread, trainers, replica memory" },
+};
+
+#define SS_NR_COMMANDS (int)(sizeof(ss_commands) / sizeof(ss_commands[0]))
+
+static void ss_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync COMMAND [OPTIONS]\n"
+		"       shadowsync --version | --help\n"
+		"\n"
+		"ShadowSync trains click-through-rate models on many machines while a\n"
+		"background shadow thread keeps the replicas in sync over RDMA.\n"
+		"\n"
+		"commands:\n");
+	for (int i = 0; i < SS_NR_COMMANDS; i++)
+		fprintf(out, "  %-10s %s\n", ss_commands[i].name,
+			ss_commands[i].summary);
+	fprintf(out,
+		"\n"
+		"Run 'shadowsync COMMAND --help' for the options of a command.\n"
+		"Logging: SS_LOG=error|warn|info|debug (default warn), or --verbose.\n");
+}
+
+int ss_cmd_fail(const char *prog, int code)
+{
+	ss_error_print(stderr, prog, code);
+	return code == SS_EUSAGE ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		ss_usage(stderr);
+		return SS_EXIT_USAGE;
+	}
+	if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		ss_usage(stdout);
+		return SS_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("shadowsync %s\n", SS_VERSION_STRING);
+		return SS_EXIT_OK;
+	}
+	for (int i = 0; i < SS_NR_COMMANDS; i++)
+		if (!strcmp(argv[1], ss_commands[i].name))
+			return ss_commands[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "shadowsync: error: unknown command '%s'\n", argv[1]);
+	fprintf(stderr,
+		"shadowsync: hint: 'shadowsync --help' lists the commands\n");
+	return SS_EXIT_USAGE;
+}
