@@ -8,5 +8,6 @@
 
 #include "shadowsync/base.h"
 #include "shadowsync/topo.h"
+#include "shadowsync/fabric.h"
 
 #endif /* SHADOWSYNC_H */

@@ -1,0 +1,208 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * ShadowSync fabric layer: how a rank exposes memory to its peers and reads
+ * and writes theirs, one-sided.
+ *
+ * Two backends behind one API:
+ *  - verbs: RDMA over InfiniBand or RoCE (libibverbs + librdmacm), one RC
+ *    queue pair per pair of ranks;
+ *  - shm: processes of one host, regions in POSIX shared memory, READ and
+ *    WRITE as copies, immediates queued after their data.
+ *
+ * Life of an endpoint:
+ *   ss_fabric_open()        rank r of N, its address and its peers'
+ *   ss_fabric_alloc()       every region, before connecting: the handshake
+ *                           carries their descriptors
+ *   ss_fabric_connect()     every pair once, either side may start first
+ *   ss_fabric_read/write/write_imm() and ss_fabric_poll()
+ *   ss_fabric_close()       both sides disconnect
+ *
+ * Regions are numbered in the order they are allocated, and the numbers
+ * must mean the same on every rank: remote operations name the peer's
+ * region by its number.  Every wait is bounded by the endpoint's timeout.
+ */
+#ifndef SHADOWSYNC_FABRIC_H
+#define SHADOWSYNC_FABRIC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_FABRIC_MAX_PEERS 1024
+#define SS_FABRIC_MAX_REGIONS 16
+
+enum ss_transport {
+	SS_TRANSPORT_AUTO, /* verbs when a device is active, else shm */
+	SS_TRANSPORT_VERBS,
+	SS_TRANSPORT_SHM,
+};
+
+/* What peers may do to a region.  Local access is always allowed. */
+enum ss_access {
+	SS_ACCESS_LOCAL = 0,
+	SS_ACCESS_REMOTE_READ = 1 << 0,
+	SS_ACCESS_REMOTE_WRITE = 1 << 1,
+};
+
+struct ss_fabric_options {
+	enum ss_transport transport;
+	int rank; /* this rank, 0 <= rank < world */
+	int world; /* number of ranks */
+	/* "host:port" of every rank; addrs[rank] is where this one listens */
+	const char *const *addrs;
+	uint64_t job_key; /* peers with another key are refused */
+	uint64_t layout_hash; /* peers with another model layout are refused */
+	unsigned timeout_ms; /* connecting, and every wait; 0 = 30000 */
+	/* verbs only */
+	const char *device; /* NULL: $SS_DEVICE, else first active port */
+	int gid_index; /* -1: $SS_GID_INDEX, else chosen by rdma_cm */
+	size_t max_message; /* split operations above this; 0: device's */
+};
+
+/* ss_fabric_options_init() - defaults: auto transport, gid_index -1. */
+void ss_fabric_options_init(struct ss_fabric_options *opts);
+
+/*
+ * ss_transport_parse() - "auto", "verbs" or "shm".  Returns 0 or SS_EUSAGE
+ * with the accepted values in the detail.
+ */
+int ss_transport_parse(const char *option, const char *text,
+		       enum ss_transport *transport);
+
+/* ss_transport_name() - "auto", "verbs" or "shm". */
+const char *ss_transport_name(enum ss_transport transport);
+
+/*
+ * ss_fabric_verbs_available() - whether an RDMA port is active on this
+ * host, which is what SS_TRANSPORT_AUTO goes by.
+ */
+bool ss_fabric_verbs_available(void);
+
+struct ss_fabric;
+struct ss_region;
+
+/*
+ * ss_fabric_open() - create the endpoint of @opts->rank.
+ *
+ * With SS_TRANSPORT_AUTO picks verbs when an RDMA port is active, else shm,
+ * and logs the choice.  Returns 0; SS_EUSAGE for bad options or addresses;
+ * SS_ENODEVICE when verbs is asked for and no usable device is found;
+ * -errno from the system, with a detail naming the call and a hint.
+ */
+int ss_fabric_open(struct ss_fabric **fabric,
+		   const struct ss_fabric_options *opts);
+
+/*
+ * ss_fabric_close() - disconnect from every peer (waiting at most the
+ * timeout for each to answer), release every region, clear the pointer.
+ */
+void ss_fabric_close(struct ss_fabric **fabric);
+
+/* ss_fabric_transport() - the backend in use: verbs or shm. */
+enum ss_transport ss_fabric_transport(const struct ss_fabric *fabric);
+
+/*
+ * ss_fabric_alloc() - allocate and register a region of @len bytes that
+ * peers may access as @access says.  Page-aligned, length rounded up to the
+ * page size, zeroed.  Only before ss_fabric_connect().
+ *
+ * Returns 0 and the region (owned by the fabric; see ss_region_ptr());
+ * -ENOMEM when the memory lock limit is too low (the detail says how to
+ * raise it) or memory is short; -EINVAL after connecting or past
+ * SS_FABRIC_MAX_REGIONS; -errno from registration.
+ */
+int ss_fabric_alloc(struct ss_fabric *fabric, size_t len, unsigned access,
+		    struct ss_region **region);
+
+/* ss_region_ptr() - the region's memory in this process. */
+void *ss_region_ptr(const struct ss_region *region);
+
+/* ss_region_len() - its length (rounded up to the page size). */
+size_t ss_region_len(const struct ss_region *region);
+
+/* ss_region_index() - its number, the same on every rank. */
+int ss_region_index(const struct ss_region *region);
+
+/*
+ * ss_fabric_connect() - connect to every peer and exchange handshakes.
+ *
+ * Lower ranks accept, higher ranks connect and retry until the timeout, so
+ * ranks may start in any order.  A peer whose handshake differs (magic,
+ * version, world size, job key, layout hash, region count) is refused and
+ * the detail says what differed.  Returns 0; -ETIMEDOUT naming the peers
+ * still missing; SS_EHANDSHAKE; -errno.
+ */
+int ss_fabric_connect(struct ss_fabric *fabric);
+
+/* ss_fabric_rank() / ss_fabric_world() - as opened. */
+int ss_fabric_rank(const struct ss_fabric *fabric);
+int ss_fabric_world(const struct ss_fabric *fabric);
+
+/* ss_fabric_peer_ok() - false once a peer failed or disconnected. */
+bool ss_fabric_peer_ok(const struct ss_fabric *fabric, int peer);
+
+/* ss_fabric_peer_len() - length of region @index at @peer (0 if none). */
+size_t ss_fabric_peer_len(const struct ss_fabric *fabric, int peer, int index);
+
+/*
+ * One-sided operations.  Each moves @len bytes between @local at
+ * @local_off and region @remote_index of @peer at @remote_off, of any length
+ * (split at the device's maximum message size), and later yields exactly
+ * one completion carrying @wr_id.  A WRITE_WITH_IMM also yields, at the
+ * peer, a SS_OP_RECV_IMM completion with @imm once all its data is in place.
+ *
+ * Return 0 when posted; -EINVAL for a range outside either region or a bad
+ * peer; SS_EPEER when the peer has failed; -ETIMEDOUT when the send queue
+ * stayed full for the timeout; -errno from posting.  A remote refusal (the
+ * region lacks the right) arrives as a completion with SS_EREMOTE.
+ */
+int ss_fabric_read(struct ss_fabric *fabric, int peer, struct ss_region *local,
+		   size_t local_off, int remote_index, size_t remote_off,
+		   size_t len, uint64_t wr_id);
+int ss_fabric_write(struct ss_fabric *fabric, int peer, struct ss_region *local,
+		    size_t local_off, int remote_index, size_t remote_off,
+		    size_t len, uint64_t wr_id);
+int ss_fabric_write_imm(struct ss_fabric *fabric, int peer,
+			struct ss_region *local, size_t local_off,
+			int remote_index, size_t remote_off, size_t len,
+			uint32_t imm, uint64_t wr_id);
+
+enum ss_op {
+	SS_OP_READ,
+	SS_OP_WRITE,
+	SS_OP_WRITE_IMM,
+	SS_OP_RECV_IMM, /* a peer's WRITE_WITH_IMM arrived */
+};
+
+struct ss_completion {
+	uint64_t wr_id; /* as posted; 0 for SS_OP_RECV_IMM */
+	int peer;
+	enum ss_op op;
+	int status; /* 0, SS_EREMOTE, SS_EPEER */
+	uint32_t imm; /* SS_OP_RECV_IMM only */
+};
+
+/*
+ * ss_fabric_poll() - collect up to @max completions, waiting at most
+ * @timeout_ms for the first (0: do not wait).
+ *
+ * Also notices failed peers (async events, disconnects, dead processes) and
+ * marks them.  Returns the number of completions (> 0), 0 when @timeout_ms
+ * is 0 and none is ready, -ETIMEDOUT when none came in time.
+ */
+int ss_fabric_poll(struct ss_fabric *fabric, struct ss_completion *out, int max,
+		   unsigned timeout_ms);
+
+/* ss_op_name() - "READ", "WRITE", "WRITE_WITH_IMM" or "RECV_IMM". */
+const char *ss_op_name(enum ss_op op);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_FABRIC_H */

@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The fabric's common part: options, transport choice, argument checks,
+ * completions and waiting.  The backends (verbs.c, shm.c) move the bytes.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fabric_internal.h"
+
+static const char *const ss_transport_names[] = { "auto", "verbs", "shm",
+						  NULL };
+
+void ss_fabric_options_init(struct ss_fabric_options *opts)
+{
+	memset(opts, 0, sizeof(*opts));
+	opts->transport = SS_TRANSPORT_AUTO;
+	opts->gid_index = -1;
+}
+
+int ss_transport_parse(const char *option, const char *text,
+		       enum ss_transport *transport)
+{
+	int index;
+	int rc = ss_parse_choice(option, text, ss_transport_names, &index);
+
+	if (rc == 0)
+		*transport = (enum ss_transport)index;
+	return rc;
+}
+
+const char *ss_transport_name(enum ss_transport transport)
+{
+	return ss_transport_names[transport];
+}
+
+const char *ss_op_name(enum ss_op op)
+{
+	static const char *const names[] = { "READ", "WRITE", "WRITE_WITH_IMM",
+					     "RECV_IMM" };
+
+	return names[op];
+}
+
+bool ss_fabric_verbs_available(void)
+{
+	return ss__verbs_available();
+}
+
+size_t ss__page_round(size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (len ? len + page - 1 : page) / page * page;
+}
+
+static int ss_fabric_check_options(const struct ss_fabric_options *o)
+{
+	if (o->world < 1 || o->world > SS_FABRIC_MAX_PEERS)
+		return ss_error_set(SS_EUSAGE, "out of range",
+				    "give 1 to 1024 ranks", "world size %d",
+				    o->world);
+	if (o->rank < 0 || o->rank >= o->world)
+		return ss_error_set(SS_EUSAGE, "out of range", NULL,
+				    "rank %d of %d", o->rank, o->world);
+	if (!o->addrs)
+		return ss_error_set(SS_EUSAGE, "no addresses given",
+				    "give host:port for every rank",
+				    "peer list");
+	for (int i = 0; i < o->world; i++)
+		if (!o->addrs[i] || !strchr(o->addrs[i], ':'))
+			return ss_error_set(SS_EUSAGE, "not host:port",
+					    "write each peer as host:port",
+					    "address of rank %d '%s'", i,
+					    o->addrs[i] ? o->addrs[i] : "");
+	return 0;
+}
+
+int ss_fabric_open(struct ss_fabric **out, const struct ss_fabric_options *opts)
+{
+	struct ss_fabric *f;
+	int rc;
+
+	*out = NULL;
+	rc = ss_fabric_check_options(opts);
+	if (rc < 0)
+		return rc;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return ss_error_set(-ENOMEM, NULL, NULL, "fabric");
+	f->opts = *opts;
+	if (!f->opts.timeout_ms)
+		f->opts.timeout_ms = SS_DEFAULT_TIMEOUT_MS;
+	f->addrs = calloc((size_t)opts->world, sizeof(*f->addrs));
+	f->peers = calloc((size_t)opts->world, sizeof(*f->peers));
+	if (!f->addrs || !f->peers) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "fabric");
+		goto err_alloc;
+	}
+	for (int i = 0; i < opts->world; i++) {
+		f->addrs[i] = strdup(opts->addrs[i]);
+		if (!f->addrs[i]) {
+			rc = ss_error_set(-ENOMEM, NULL, NULL, "fabric");
+			goto err_alloc;
+		}
+		snprintf(f->peers[i].addr, sizeof(f->peers[i].addr), "%s",
+			 opts->addrs[i]);
+	}
+	f->opts.addrs = (const char *const *)f->addrs;
+
+	switch (opts->transport) {
+	case SS_TRANSPORT_VERBS:
+		f->ops = &ss__verbs_ops;
+		break;
+	case SS_TRANSPORT_SHM:
+		f->ops = &ss__shm_ops;
+		break;
+	case SS_TRANSPORT_AUTO:
+		f->ops = ss__verbs_available() ? &ss__verbs_ops : &ss__shm_ops;
+		ss_log_info("transport auto: %s (%s)", f->ops->name,
+			    f->ops == &ss__verbs_ops ?
+				    "an RDMA port is active" :
+				    "no active RDMA port");
+		break;
+	}
+	rc = f->ops->open(f);
+	if (rc < 0)
+		goto err_alloc;
+	*out = f;
+	return 0;
+
+err_alloc:
+	for (int i = 0; f->addrs && i < opts->world; i++)
+		free(f->addrs[i]);
+	free(f->addrs);
+	free(f->peers);
+	free(f);
+	return rc;
+}
+
+void ss_fabric_close(struct ss_fabric **fabric)
+{
+	struct ss_fabric *f;
+
+	if (!fabric || !*fabric)
+		return;
+	f = *fabric;
+	f->ops->close(f); /* disconnects and releases the regions */
+	for (int i = 0; i < f->opts.world; i++)
+		free(f->addrs[i]);
+	free(f->addrs);
+	free(f->peers);
+	free(f->backlog);
+	free(f);
+	*fabric = NULL;
+}
+
+enum ss_transport ss_fabric_transport(const struct ss_fabric *fabric)
+{
+	return fabric->ops == &ss__verbs_ops ? SS_TRANSPORT_VERBS :
+					       SS_TRANSPORT_SHM;
+}
+
+int ss_fabric_rank(const struct ss_fabric *fabric)
+{
+	return fabric->opts.rank;
+}
+
+int ss_fabric_world(const struct ss_fabric *fabric)
+{
+	return fabric->opts.world;
+}
+
+int ss_fabric_alloc(struct ss_fabric *f, size_t len, unsigned access,
+		    struct ss_region **out)
+{
+	struct ss_region *r;
+	int rc;
+
+	*out = NULL;
+	if (f->connected)
+		return ss_error_set(-EINVAL, "already connected",
+				    "allocate every region before connecting",
+				    "region of %zu bytes", len);
+	if (f->n_regions == SS_FABRIC_MAX_REGIONS)
+		return ss_error_set(-EINVAL, "too many regions", NULL,
+				    "region %d", f->n_regions);
+	r = &f->regions[f->n_regions];
+	memset(r, 0, sizeof(*r));
+	r->fabric = f;
+	r->index = f->n_regions;
+	r->len = ss__page_round(len);
+	r->access = access & (SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE);
+	rc = f->ops->alloc(f, r);
+	if (rc < 0)
+		return rc;
+	f->n_regions++;
+	*out = r;
+	return 0;
+}
+
+void *ss_region_ptr(const struct ss_region *region)
+{
+	return region->ptr;
+}
+
+size_t ss_region_len(const struct ss_region *region)
+{
+	return region->len;
+}
+
+int ss_region_index(const struct ss_region *region)
+{
+	return region->index;
+}
+
+int ss_fabric_connect(struct ss_fabric *f)
+{
+	int rc;
+
+	if (f->connected)
+		return 0;
+	rc = f->ops->connect(f);
+	if (rc < 0)
+		return rc;
+	f->connected = true;
+	return 0;
+}
+
+bool ss_fabric_peer_ok(const struct ss_fabric *f, int peer)
+{
+	return peer >= 0 && peer < f->opts.world && peer != f->opts.rank &&
+	       f->peers[peer].connected && !f->peers[peer].failed;
+}
+
+size_t ss_fabric_peer_len(const struct ss_fabric *f, int peer, int index)
+{
+	if (peer < 0 || peer >= f->opts.world || index < 0 ||
+	    index >= f->peers[peer].n_regions)
+		return 0;
+	return f->peers[peer].regions[index].len;
+}
+
+int ss__peer_fail(struct ss_fabric *f, int peer, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	if (!f->peers[peer].failed) {
+		f->peers[peer].failed = true;
+		ss_log_warn("peer %d (%s) failed: %s", peer,
+			    f->peers[peer].addr, why);
+	}
+	return ss_error_set(SS_EPEER, why, NULL, "peer %d (%s)", peer,
+			    f->peers[peer].addr);
+}
+
+int ss__backlog_push(struct ss_fabric *f, const struct ss_completion *c)
+{
+	if (f->backlog_count == f->backlog_cap) {
+		int cap = f->backlog_cap ? 2 * f->backlog_cap : 64;
+		struct ss_completion *b = malloc((size_t)cap * sizeof(*b));
+
+		if (!b)
+			return -ENOMEM;
+		for (int i = 0; i < f->backlog_count; i++)
+			b[i] = f->backlog[(f->backlog_head + i) %
+					  f->backlog_cap];
+		free(f->backlog);
+		f->backlog = b;
+		f->backlog_head = 0;
+		f->backlog_cap = cap;
+	}
+	f->backlog[(f->backlog_head + f->backlog_count) % f->backlog_cap] = *c;
+	f->backlog_count++;
+	return 0;
+}
+
+static int ss_post(struct ss_fabric *f, const struct ss__op *op)
+{
+	const struct ss__remote_region *rr;
+
+	if (!f->connected)
+		return ss_error_set(-EINVAL, "not connected",
+				    "call ss_fabric_connect first", "%s",
+				    ss_op_name(op->op));
+	if (op->peer < 0 || op->peer >= f->opts.world ||
+	    op->peer == f->opts.rank)
+		return ss_error_set(-EINVAL, "no such peer", NULL,
+				    "%s to peer %d", ss_op_name(op->op),
+				    op->peer);
+	if (f->peers[op->peer].failed)
+		return ss_error_set(SS_EPEER, "the peer has failed", NULL,
+				    "%s to peer %d (%s)", ss_op_name(op->op),
+				    op->peer, f->peers[op->peer].addr);
+	if (!op->local || op->local->fabric != f ||
+	    op->local_off > op->local->len ||
+	    op->len > op->local->len - op->local_off)
+		return ss_error_set(-EINVAL, "outside the local region", NULL,
+				    "%s of %zu bytes at local offset %zu",
+				    ss_op_name(op->op), op->len, op->local_off);
+	if (op->remote_index < 0 ||
+	    op->remote_index >= f->peers[op->peer].n_regions)
+		return ss_error_set(-EINVAL, "no such region at the peer", NULL,
+				    "%s to region %d of peer %d",
+				    ss_op_name(op->op), op->remote_index,
+				    op->peer);
+	rr = &f->peers[op->peer].regions[op->remote_index];
+	if (op->remote_off > rr->len || op->len > rr->len - op->remote_off)
+		return ss_error_set(
+			-EINVAL, "outside the peer's region", NULL,
+			"%s of %zu bytes at offset %zu of region %d (%" PRIu64
+			" bytes) of peer %d",
+			ss_op_name(op->op), op->len, op->remote_off,
+			op->remote_index, rr->len, op->peer);
+	return f->ops->post(f, op);
+}
+
+int ss_fabric_read(struct ss_fabric *f, int peer, struct ss_region *local,
+		   size_t local_off, int remote_index, size_t remote_off,
+		   size_t len, uint64_t wr_id)
+{
+	struct ss__op op = { SS_OP_READ, peer, local, local_off, remote_index,
+			     remote_off, len,  0,     wr_id };
+
+	return ss_post(f, &op);
+}
+
+int ss_fabric_write(struct ss_fabric *f, int peer, struct ss_region *local,
+		    size_t local_off, int remote_index, size_t remote_off,
+		    size_t len, uint64_t wr_id)
+{
+	struct ss__op op = { SS_OP_WRITE, peer, local, local_off, remote_index,
+			     remote_off,  len,	0,     wr_id };
+
+	return ss_post(f, &op);
+}
+
+int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
+			size_t local_off, int remote_index, size_t remote_off,
+			size_t len, uint32_t imm, uint64_t wr_id)
+{
+	struct ss__op op = {
+		SS_OP_WRITE_IMM, peer, local, local_off, remote_index,
+		remote_off,	 len,  imm,   wr_id
+	};
+
+	return ss_post(f, &op);
+}
+
+int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,
+		   unsigned timeout_ms)
+{
+	uint64_t deadline = ss_deadline_ns(timeout_ms), spins = 0;
+	int n = 0;
+
+	if (max <= 0)
+		return -EINVAL;
+	for (;;) {
+		while (n < max && f->backlog_count) {
+			out[n++] = f->backlog[f->backlog_head];
+			f->backlog_head =
+				(f->backlog_head + 1) % f->backlog_cap;
+			f->backlog_count--;
+		}
+		if (n < max)
+			n += f->ops->poll(f, out + n, max - n);
+		if (n > 0)
+			return n;
+		if (timeout_ms == 0)
+			return 0;
+		if (ss_deadline_passed(deadline))
+			return -ETIMEDOUT;
+		/* Spin briefly for latency, then stop burning the core. */
+		if (++spins > 2000)
+			ss_sleep_ns(20000);
+	}
+}

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* What the files of the fabric layer share; not part of the public API. */
+#ifndef SS_FABRIC_INTERNAL_H
+#define SS_FABRIC_INTERNAL_H
+
+#include <assert.h>
+
+#include "shadowsync/fabric.h"
+
+#define SS_DEFAULT_TIMEOUT_MS 30000u
+
+struct ss_region {
+	struct ss_fabric *fabric;
+	int index;
+	void *ptr;
+	size_t len;
+	unsigned access;
+	void *backend; /* verbs: struct ibv_mr *; shm: unused */
+};
+
+/* A peer's region as its handshake described it. */
+struct ss__remote_region {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+	uint32_t access;
+};
+
+struct ss__peer {
+	bool connected;
+	bool failed; /* reported once, then every operation is refused */
+	char addr[128];
+	int n_regions;
+	struct ss__remote_region regions[SS_FABRIC_MAX_REGIONS];
+	void *backend;
+};
+
+/* One posted operation, as the backends see it. */
+struct ss__op {
+	enum ss_op op;
+	int peer;
+	struct ss_region *local;
+	size_t local_off;
+	int remote_index;
+	size_t remote_off;
+	size_t len;
+	uint32_t imm;
+	uint64_t wr_id;
+};
+
+struct ss__fabric_ops {
+	const char *name;
+	int (*open)(struct ss_fabric *fabric);
+	int (*alloc)(struct ss_fabric *fabric, struct ss_region *region);
+	void (*free_region)(struct ss_fabric *fabric, struct ss_region *region);
+	int (*connect)(struct ss_fabric *fabric);
+	int (*post)(struct ss_fabric *fabric, const struct ss__op *op);
+	/* Collect ready completions without waiting; returns how many. */
+	int (*poll)(struct ss_fabric *fabric, struct ss_completion *out,
+		    int max);
+	void (*close)(struct ss_fabric *fabric);
+};
+
+extern const struct ss__fabric_ops ss__shm_ops;
+extern const struct ss__fabric_ops ss__verbs_ops;
+
+/* ss__verbs_available() - whether some RDMA port is active here. */
+bool ss__verbs_available(void);
+
+struct ss_fabric {
+	struct ss_fabric_options opts;
+	char **addrs; /* owned copy of opts.addrs */
+	const struct ss__fabric_ops *ops;
+	struct ss_region regions[SS_FABRIC_MAX_REGIONS];
+	int n_regions;
+	bool connected;
+	struct ss__peer *peers; /* world entries; peers[rank] unused */
+	void *backend;
+	/* Completions produced while not polling, returned by the next poll. */
+	struct ss_completion *backlog;
+	int backlog_head, backlog_count, backlog_cap;
+};
+
+/* ss__backlog_push() - queue a completion for the next ss_fabric_poll(). */
+int ss__backlog_push(struct ss_fabric *fabric, const struct ss_completion *c);
+
+/*
+ * ss__peer_fail() - mark @peer failed and log why, once.  Returns SS_EPEER
+ * with the detail recorded.
+ */
+int ss__peer_fail(struct ss_fabric *fabric, int peer, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ss__page_round() - @len rounded up to the page size (at least a page). */
+size_t ss__page_round(size_t len);
+
+/*
+ * The handshake: a fixed-layout, big-endian message that fits in the 56
+ * bytes of private data that an InfiniBand CM connect request carries.
+ * Region descriptors do not fit there, so the hello carries the address
+ * and key of a small remote-readable descriptor table that the peer reads
+ * once connected.
+ */
+#define SS_HELLO_MAGIC 0x5353594eu /* "SSYN" */
+#define SS_HELLO_VERSION 1
+
+struct ss__hello {
+	uint64_t job_key;
+	uint64_t layout_hash;
+	uint64_t table_addr; /* verbs: the descriptor table */
+	uint32_t magic;
+	uint32_t table_rkey;
+	uint16_t version;
+	uint16_t rank;
+	uint16_t world;
+	uint16_t n_regions;
+	uint8_t mtu; /* verbs: enum ibv_mtu of the active port */
+	uint8_t rd_atom; /* verbs: max outstanding RDMA READs (responder) */
+	uint8_t reserved[6];
+};
+static_assert(sizeof(struct ss__hello) == 48, "hello is 48 bytes on the wire");
+
+/* Region descriptor table, as read by peers. */
+struct ss__table_entry {
+	uint64_t addr;
+	uint64_t len;
+	uint32_t rkey;
+	uint32_t access;
+};
+static_assert(sizeof(struct ss__table_entry) == 24, "24-byte entries");
+
+struct ss__table {
+	uint32_t magic;
+	uint32_t n_regions;
+	struct ss__table_entry entries[SS_FABRIC_MAX_REGIONS];
+};
+static_assert(sizeof(struct ss__table) == 8 + 24 * SS_FABRIC_MAX_REGIONS,
+	      "table layout");
+
+/* ss__hello_make() - this endpoint's hello in host byte order. */
+void ss__hello_make(const struct ss_fabric *fabric, struct ss__hello *hello);
+
+/* ss__hello_to_wire() / ss__hello_from_wire() - byte order both ways. */
+void ss__hello_to_wire(const struct ss__hello *host, struct ss__hello *wire);
+void ss__hello_from_wire(const struct ss__hello *wire, struct ss__hello *host);
+
+/*
+ * ss__hello_check() - compare a peer's hello with ours.  @expect_rank is
+ * the rank the peer should have, or -1 for any other than ours.  Returns 0,
+ * or SS_EHANDSHAKE with @why saying what differed, ours against theirs.
+ */
+int ss__hello_check(const struct ss__hello *mine, const struct ss__hello *peer,
+		    int expect_rank, char *why, size_t size);
+
+/* ss__table_make() / ss__table_read() - the descriptor table, big-endian. */
+void ss__table_make(const struct ss_fabric *fabric, const uint32_t *rkeys,
+		    struct ss__table *wire);
+int ss__table_read(const struct ss__table *wire, struct ss__peer *peer);
+
+#endif /* SS_FABRIC_INTERNAL_H */

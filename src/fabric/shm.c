@@ -1,0 +1,497 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The shm backend: ranks that share a host.  Each region is a POSIX shared
+ * memory object that peers map with the rights the region grants (read-only
+ * when it is remote-READ only).  READ and WRITE are copies.  Each rank has
+ * a control object with its hello, its region table, and one ring of
+ * immediates per sending peer: the sender copies the data, then publishes
+ * the immediate with a release store, so the receiver that sees it with an
+ * acquire load sees the data too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fabric_internal.h"
+
+#define SS_SHM_RING 1024 /* immediates in flight per sender */
+#define SS_SHM_LIVENESS_NS 100000000u /* how often to look for dead peers */
+
+enum { SS_SHM_CREATING, SS_SHM_READY, SS_SHM_CLOSED };
+
+struct ss_shm_ring {
+	_Atomic uint64_t tail; /* written by the sender */
+	_Atomic uint32_t attached; /* the sender has mapped us */
+	char pad1[52];
+	_Atomic uint64_t head; /* written by the receiver */
+	char pad2[56];
+	uint32_t imm[SS_SHM_RING];
+};
+
+struct ss_shm_ctl {
+	struct ss__hello hello; /* big-endian, as on the wire */
+	struct ss__table table; /* big-endian; addresses unused */
+	_Atomic uint32_t state;
+	int32_t pid;
+	struct ss_shm_ring rings[]; /* one per sending rank */
+};
+
+struct ss_shm_peer {
+	struct ss_shm_ctl *ctl;
+	size_t ctl_len;
+	void *maps[SS_FABRIC_MAX_REGIONS];
+};
+
+struct ss_shm {
+	struct ss_shm_ctl *ctl;
+	size_t ctl_len;
+	struct ss_shm_peer *peers;
+	uint64_t next_liveness_ns;
+	int next_peer; /* where poll starts, for fairness */
+};
+
+static const char ss_shm_hint[] =
+	"is /dev/shm mounted, writable and large enough? (df -h /dev/shm)";
+
+/*
+ * Objects are named after the rank's address, not the job key, so that a
+ * peer started with another key is found and refused with the reason.
+ */
+static void ss_shm_name(const struct ss_fabric *f, int rank, int region,
+			char *name, size_t size)
+{
+	char addr[128];
+
+	snprintf(addr, sizeof(addr), "%s", f->addrs[rank]);
+	for (char *c = addr; *c; c++)
+		if (*c == '/')
+			*c = '_';
+	if (region < 0)
+		snprintf(name, size, "/ss-%s-ctl", addr);
+	else
+		snprintf(name, size, "/ss-%s-r%d", addr, region);
+}
+
+static size_t ss_shm_ctl_len(const struct ss_fabric *f)
+{
+	return ss__page_round(sizeof(struct ss_shm_ctl) +
+			      (size_t)f->opts.world *
+				      sizeof(struct ss_shm_ring));
+}
+
+/* Create (replacing a stale one) and map a shared object of @len bytes. */
+static int ss_shm_create(const char *name, size_t len, void **ptr)
+{
+	void *p;
+	int fd;
+
+	shm_unlink(name); /* left over by a rank that crashed */
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, ss_shm_hint, "shm_open %s",
+				    name);
+	if (ftruncate(fd, (off_t)len) < 0) {
+		int rc = ss_error_set(-errno, NULL, ss_shm_hint,
+				      "ftruncate %s to %zu bytes", name, len);
+
+		close(fd);
+		shm_unlink(name);
+		return rc;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		shm_unlink(name);
+		return ss_error_set(-errno, NULL, ss_shm_hint,
+				    "mmap %s (%zu bytes)", name, len);
+	}
+	*ptr = p;
+	return 0;
+}
+
+/* Map a peer's object; -ENOENT while it does not exist (yet). */
+static int ss_shm_map(const char *name, size_t len, int prot, void **ptr)
+{
+	struct stat st;
+	void *p;
+	int fd = shm_open(name, prot & PROT_WRITE ? O_RDWR : O_RDONLY, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || (size_t)st.st_size < len) {
+		close(fd);
+		return -ENOENT; /* still being sized */
+	}
+	p = mmap(NULL, len, prot, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		return -errno;
+	*ptr = p;
+	return 0;
+}
+
+static int ss_shm_open(struct ss_fabric *f)
+{
+	struct ss_shm *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
+	s->peers = calloc((size_t)f->opts.world, sizeof(*s->peers));
+	if (!s->peers) {
+		free(s);
+		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
+	}
+	f->backend = s;
+	return 0;
+}
+
+static int ss_shm_alloc(struct ss_fabric *f, struct ss_region *r)
+{
+	char name[160];
+
+	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
+	return ss_shm_create(name, r->len, &r->ptr);
+}
+
+static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)
+{
+	char name[160];
+
+	if (!r->ptr)
+		return;
+	munmap(r->ptr, r->len);
+	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
+	shm_unlink(name);
+	r->ptr = NULL;
+}
+
+/* A process that exited is gone, even while a zombie nobody reaped. */
+static bool ss_shm_alive(const struct ss_shm_ctl *ctl)
+{
+	char path[64], stat[256];
+	const char *state;
+	ssize_t n;
+	int fd;
+
+	if (kill(ctl->pid, 0) < 0 && errno == ESRCH)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", ctl->pid);
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return true; /* no /proc: trust kill() */
+	n = read(fd, stat, sizeof(stat) - 1);
+	close(fd);
+	stat[n > 0 ? n : 0] = '\0';
+	state = strrchr(stat, ')');
+	return !(state && state[1] == ' ' && state[2] == 'Z');
+}
+
+/* Map a peer's regions with the rights they grant. */
+static int ss_shm_map_regions(struct ss_fabric *f, int p)
+{
+	struct ss_shm *s = f->backend;
+	struct ss__peer *peer = &f->peers[p];
+	char name[160];
+	int rc;
+
+	rc = ss__table_read(&s->peers[p].ctl->table, peer);
+	if (rc < 0)
+		return ss_error_set(SS_EHANDSHAKE,
+				    "its region table is corrupt", NULL,
+				    "peer %d (%s)", p, peer->addr);
+	for (int i = 0; i < peer->n_regions; i++) {
+		int prot = peer->regions[i].access & SS_ACCESS_REMOTE_WRITE ?
+				   PROT_READ | PROT_WRITE :
+			   peer->regions[i].access & SS_ACCESS_REMOTE_READ ?
+				   PROT_READ :
+				   PROT_NONE;
+
+		if (prot == PROT_NONE)
+			continue;
+		ss_shm_name(f, p, i, name, sizeof(name));
+		rc = ss_shm_map(name, peer->regions[i].len, prot,
+				&s->peers[p].maps[i]);
+		if (rc < 0)
+			return ss_error_set(rc, NULL, ss_shm_hint,
+					    "mapping region %d of peer %d (%s)",
+					    i, p, peer->addr);
+	}
+	return 0;
+}
+
+/* One attempt at mapping a peer: 0 (mapped, or retry later) or < 0. */
+static int ss_shm_try_peer(struct ss_fabric *f, int p,
+			   const struct ss__hello *mine)
+{
+	struct ss_shm *s = f->backend;
+	struct ss_shm_peer *sp = &s->peers[p];
+	struct ss__hello theirs;
+	char name[160], why[160];
+	int rc;
+
+	ss_shm_name(f, p, -1, name, sizeof(name));
+	rc = ss_shm_map(name, s->ctl_len, PROT_READ | PROT_WRITE,
+			(void **)&sp->ctl);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return ss_error_set(rc, NULL, ss_shm_hint, "shm_open %s", name);
+	sp->ctl_len = s->ctl_len;
+	if (atomic_load_explicit(&sp->ctl->state, memory_order_acquire) !=
+		    SS_SHM_READY ||
+	    !ss_shm_alive(sp->ctl)) {
+		munmap(sp->ctl, s->ctl_len); /* not ready, or stale */
+		sp->ctl = NULL;
+		return 0;
+	}
+	ss__hello_from_wire(&sp->ctl->hello, &theirs);
+	if (ss__hello_check(mine, &theirs, p, why, sizeof(why)) < 0)
+		return ss_error_set(
+			SS_EHANDSHAKE, why,
+			"start every rank with the same job key, world size and model",
+			"peer %d (%s) refused", p, f->peers[p].addr);
+	rc = ss_shm_map_regions(f, p);
+	if (rc < 0)
+		return rc;
+	/* Tell the peer we are here; connected once it has said so too. */
+	atomic_store_explicit(&sp->ctl->rings[f->opts.rank].attached, 1,
+			      memory_order_release);
+	f->peers[p].connected = true;
+	return 0;
+}
+
+/* Both sides have mapped each other: 1, else 0 to wait. */
+static int ss_shm_attached(struct ss_fabric *f, int p)
+{
+	struct ss_shm *s = f->backend;
+
+	if (!atomic_load_explicit(&s->ctl->rings[p].attached,
+				  memory_order_acquire))
+		return 0;
+	ss_log_debug("shm: connected to peer %d (pid %d)", p,
+		     s->peers[p].ctl->pid);
+	return 1;
+}
+
+static int ss_shm_connect(struct ss_fabric *f)
+{
+	struct ss_shm *s = f->backend;
+	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	struct ss__hello mine;
+	char name[160], missing[256];
+	int left = f->opts.world - 1, rc = 0;
+	bool *attached = calloc((size_t)f->opts.world, sizeof(*attached));
+
+	if (!attached)
+		return ss_error_set(-ENOMEM, NULL, NULL, "shm connect");
+	s->ctl_len = ss_shm_ctl_len(f);
+	ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
+	rc = ss_shm_create(name, s->ctl_len, (void **)&s->ctl);
+	if (rc < 0)
+		goto out;
+	ss__hello_make(f, &mine);
+	ss__hello_to_wire(&mine, &s->ctl->hello);
+	ss__table_make(f, NULL, &s->ctl->table);
+	s->ctl->pid = (int32_t)getpid();
+	atomic_store_explicit(&s->ctl->state, SS_SHM_READY,
+			      memory_order_release);
+
+	while (left > 0) {
+		for (int p = 0; p < f->opts.world; p++) {
+			if (p == f->opts.rank || attached[p])
+				continue;
+			if (!f->peers[p].connected) {
+				rc = ss_shm_try_peer(f, p, &mine);
+				if (rc < 0)
+					goto out;
+			}
+			if (f->peers[p].connected && ss_shm_attached(f, p)) {
+				attached[p] = true;
+				left--;
+			}
+		}
+		if (left == 0)
+			break;
+		if (ss_deadline_passed(deadline)) {
+			size_t len = 0;
+
+			missing[0] = '\0';
+			for (int p = 0; p < f->opts.world; p++)
+				if (p != f->opts.rank && !attached[p] &&
+				    len < sizeof(missing))
+					len += (size_t)snprintf(
+						missing + len,
+						sizeof(missing) - len,
+						"%s%d (%s)", len ? ", " : "", p,
+						f->peers[p].addr);
+			rc = ss_error_set(
+				-ETIMEDOUT, "no answer",
+				"start every rank with the same peer list",
+				"shm: waiting %u ms for peers %s",
+				f->opts.timeout_ms, missing);
+			goto out;
+		}
+		ss_sleep_ns(2000000);
+	}
+	s->next_liveness_ns = ss_now_ns() + SS_SHM_LIVENESS_NS;
+out:
+	free(attached);
+	return rc;
+}
+
+/* Refuse when the peer is gone; a CLOSED peer has disconnected. */
+static int ss_shm_check_peer(struct ss_fabric *f, int p)
+{
+	struct ss_shm_ctl *ctl = ((struct ss_shm *)f->backend)->peers[p].ctl;
+
+	if (atomic_load_explicit(&ctl->state, memory_order_acquire) ==
+	    SS_SHM_CLOSED)
+		return ss__peer_fail(f, p, "it disconnected");
+	if (!ss_shm_alive(ctl))
+		return ss__peer_fail(f, p, "its process %d is gone", ctl->pid);
+	return 0;
+}
+
+static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
+{
+	struct ss_shm *s = f->backend;
+	struct ss_shm_peer *sp = &s->peers[op->peer];
+	const struct ss__remote_region *rr =
+		&f->peers[op->peer].regions[op->remote_index];
+	unsigned need = op->op == SS_OP_READ ? SS_ACCESS_REMOTE_READ :
+					       SS_ACCESS_REMOTE_WRITE;
+	struct ss_completion c = { .wr_id = op->wr_id,
+				   .peer = op->peer,
+				   .op = op->op };
+	char *local = (char *)op->local->ptr + op->local_off;
+	char *remote = (char *)sp->maps[op->remote_index];
+	struct ss_shm_ring *ring = NULL;
+	uint64_t tail = 0;
+	int rc = ss_shm_check_peer(f, op->peer);
+
+	if (rc < 0)
+		return rc;
+	if (!(rr->access & need)) {
+		/* As a NIC would: the peer refuses, the completion says so. */
+		c.status = SS_EREMOTE;
+		ss_log_debug(
+			"shm: %s to region %d of peer %d refused: it is not remote-%s",
+			ss_op_name(op->op), op->remote_index, op->peer,
+			need == SS_ACCESS_REMOTE_READ ? "readable" :
+							"writable");
+		return ss__backlog_push(f, &c);
+	}
+	if (op->op == SS_OP_WRITE_IMM) {
+		uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+
+		ring = &sp->ctl->rings[f->opts.rank];
+		tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+		while (tail - atomic_load_explicit(&ring->head,
+						   memory_order_acquire) >=
+		       SS_SHM_RING) {
+			if (ss_deadline_passed(deadline))
+				return ss_error_set(
+					-ETIMEDOUT,
+					"its queue of immediates stayed full",
+					"the peer is not polling",
+					"peer %d (%s)", op->peer,
+					f->peers[op->peer].addr);
+			rc = ss_shm_check_peer(f, op->peer);
+			if (rc < 0)
+				return rc;
+			ss_sleep_ns(10000);
+		}
+	}
+	if (op->op == SS_OP_READ)
+		memcpy(local, remote + op->remote_off, op->len);
+	else
+		memcpy(remote + op->remote_off, local, op->len);
+	if (ring) {
+		ring->imm[tail % SS_SHM_RING] = op->imm;
+		atomic_store_explicit(&ring->tail, tail + 1,
+				      memory_order_release);
+	}
+	return ss__backlog_push(f, &c);
+}
+
+static int ss_shm_poll(struct ss_fabric *f, struct ss_completion *out, int max)
+{
+	struct ss_shm *s = f->backend;
+	int world = f->opts.world, n = 0;
+
+	for (int k = 0; k < world && n < max; k++) {
+		int p = (s->next_peer + k) % world;
+		struct ss_shm_ring *ring = &s->ctl->rings[p];
+		uint64_t head, tail;
+
+		if (p == f->opts.rank || !f->peers[p].connected)
+			continue;
+		head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+		tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+		while (head != tail && n < max) {
+			out[n].wr_id = 0;
+			out[n].peer = p;
+			out[n].op = SS_OP_RECV_IMM;
+			out[n].status = 0;
+			out[n].imm = ring->imm[head % SS_SHM_RING];
+			n++;
+			head++;
+		}
+		atomic_store_explicit(&ring->head, head, memory_order_release);
+	}
+	s->next_peer = (s->next_peer + 1) % world;
+	if (ss_now_ns() >= s->next_liveness_ns) {
+		for (int p = 0; p < world; p++)
+			if (p != f->opts.rank && f->peers[p].connected &&
+			    !f->peers[p].failed)
+				ss_shm_check_peer(f, p);
+		s->next_liveness_ns = ss_now_ns() + SS_SHM_LIVENESS_NS;
+	}
+	return n;
+}
+
+static void ss_shm_close(struct ss_fabric *f)
+{
+	struct ss_shm *s = f->backend;
+	char name[160];
+
+	if (s->ctl)
+		atomic_store_explicit(&s->ctl->state, SS_SHM_CLOSED,
+				      memory_order_release);
+	for (int p = 0; p < f->opts.world; p++) {
+		for (int i = 0; i < f->peers[p].n_regions; i++)
+			if (s->peers[p].maps[i])
+				munmap(s->peers[p].maps[i],
+				       f->peers[p].regions[i].len);
+		if (s->peers[p].ctl)
+			munmap(s->peers[p].ctl, s->peers[p].ctl_len);
+	}
+	for (int i = 0; i < f->n_regions; i++)
+		ss_shm_free_region(f, &f->regions[i]);
+	if (s->ctl) {
+		munmap(s->ctl, s->ctl_len);
+		ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
+		shm_unlink(name);
+	}
+	free(s->peers);
+	free(s);
+	f->backend = NULL;
+}
+
+const struct ss__fabric_ops ss__shm_ops = {
+	.name = "shm",
+	.open = ss_shm_open,
+	.alloc = ss_shm_alloc,
+	.free_region = ss_shm_free_region,
+	.connect = ss_shm_connect,
+	.post = ss_shm_post,
+	.poll = ss_shm_poll,
+	.close = ss_shm_close,
+};

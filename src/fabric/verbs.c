@@ -1,0 +1,649 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The verbs backend's endpoint and data path: the device of our address,
+ * regions registered once, one-sided operations split at the device's
+ * maximum message size and posted as lists with selective signaling, and
+ * completions read with the classic ibv_poll_cq (rdma-core 44's rxe has
+ * bugs in the extended CQ API).  Connections live in verbs_cm.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "verbs_internal.h"
+
+/* Signal one send WR in this many, so long operations free the queue. */
+#define SS_VERBS_SIGNAL_EVERY 64
+
+const char *ss__verbs_where(const struct ss_verbs *v)
+{
+	static __thread char buf[96];
+
+	snprintf(buf, sizeof(buf), "device %s port %u", v->dev_name, v->port);
+	return buf;
+}
+
+bool ss__verbs_available(void)
+{
+	struct ibv_device **devs;
+	bool active = false;
+	int n = 0;
+
+	devs = ibv_get_device_list(&n);
+	for (int i = 0; i < n && !active; i++) {
+		struct ibv_context *ctx = ibv_open_device(devs[i]);
+		struct ibv_device_attr da;
+
+		if (!ctx)
+			continue;
+		if (ibv_query_device(ctx, &da) == 0)
+			for (uint8_t p = 1; p <= da.phys_port_cnt && !active;
+			     p++) {
+				struct ibv_port_attr pa;
+
+				active = ibv_query_port(ctx, p, &pa) == 0 &&
+					 pa.state == IBV_PORT_ACTIVE;
+			}
+		ibv_close_device(ctx);
+	}
+	if (devs)
+		ibv_free_device_list(devs);
+	return active;
+}
+
+/*
+ * Split "host:port" or "[v6]:port" and resolve it.  Returns 0 or SS_EUSAGE
+ * naming the address.
+ */
+int ss__verbs_resolve(const char *text, struct sockaddr_storage *out)
+{
+	char host[128];
+	const char *colon = strrchr(text, ':'), *port;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC,
+				  .ai_flags = AI_NUMERICSERV },
+			*res;
+	size_t len;
+	int rc;
+
+	if (!colon)
+		return ss_error_set(SS_EUSAGE, "not host:port", NULL,
+				    "address '%s'", text);
+	port = colon + 1;
+	len = (size_t)(colon - text);
+	if (text[0] == '[' && len >= 2 && text[len - 1] == ']') {
+		text++;
+		len -= 2;
+	}
+	if (len >= sizeof(host))
+		return ss_error_set(SS_EUSAGE, "host name too long", NULL,
+				    "address '%s'", text);
+	memcpy(host, text, len);
+	host[len] = '\0';
+	rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0)
+		return ss_error_set(
+			SS_EUSAGE, gai_strerror(rc),
+			"give an IP address or a resolvable name, and a port number",
+			"address '%s'", text);
+	memcpy(out, res->ai_addr, res->ai_addrlen);
+	freeaddrinfo(res);
+	return 0;
+}
+
+static bool ss_has_cap_ipc_lock(void)
+{
+	unsigned long long caps = 0;
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+
+	if (!f)
+		return false;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &caps) == 1)
+			break;
+	fclose(f);
+	return caps & (1ull << 14); /* CAP_IPC_LOCK */
+}
+
+/* Registering pins memory: say how to raise a limit that is too low. */
+static int ss_memlock_check(struct ss_verbs *v, size_t len)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_MEMLOCK, &rl) < 0 ||
+	    rl.rlim_cur == RLIM_INFINITY || v->registered + len <= rl.rlim_cur)
+		return 0;
+	if (ss_has_cap_ipc_lock())
+		return 0; /* the kernel lets this process pin past the limit */
+	return ss_error_set(
+		-ENOMEM, "the locked-memory limit (ulimit -l) is too low",
+		"raise it where the job starts: 'ulimit -l unlimited', '* - memlock unlimited' in /etc/security/limits.conf, LimitMEMLOCK=infinity (systemd), --ulimit memlock=-1 (docker)",
+		"registering %zu bytes (%zu already) on %s with RLIMIT_MEMLOCK at %llu bytes",
+		len, v->registered, ss__verbs_where(v),
+		(unsigned long long)rl.rlim_cur);
+}
+
+static int ss_verbs_reg(struct ss_verbs *v, void *ptr, size_t len, int access,
+			struct ibv_mr **mr)
+{
+	int rc = ss_memlock_check(v, len);
+
+	if (rc < 0)
+		return rc;
+	*mr = ibv_reg_mr(v->pd, ptr, len, access | IBV_ACCESS_LOCAL_WRITE);
+	if (!*mr)
+		return ss_error_set(-errno, NULL,
+				    "check 'ulimit -l' and free memory",
+				    "ibv_reg_mr of %zu bytes on %s", len,
+				    ss__verbs_where(v));
+	v->registered += len;
+	return 0;
+}
+
+static int ss_verbs_alloc_mem(struct ss_verbs *v, size_t len, int access,
+			      void **ptr, struct ibv_mr **mr)
+{
+	int rc = posix_memalign(ptr, (size_t)sysconf(_SC_PAGESIZE), len);
+
+	if (rc)
+		return ss_error_set(-rc, NULL, NULL, "allocating %zu bytes",
+				    len);
+	memset(*ptr, 0, len);
+	rc = ss_verbs_reg(v, *ptr, len, access, mr);
+	if (rc < 0) {
+		free(*ptr);
+		*ptr = NULL;
+	}
+	return rc;
+}
+
+static int ss_verbs_ibv_access(unsigned access)
+{
+	return (access & SS_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+	       (access & SS_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+}
+
+static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
+{
+	const char *want =
+		f->opts.device ? f->opts.device : getenv("SS_DEVICE");
+	const char *addr = f->addrs[f->opts.rank];
+
+	if (!v->listen->verbs)
+		return ss_error_set(
+			SS_ENODEVICE, "it is on no RDMA device's interface",
+			"listen on the IP of the RDMA netdev ('rdma link' shows each device's netdev, 'ip -br addr' its address)",
+			"address %s", addr);
+	v->ctx = v->listen->verbs;
+	v->port = v->listen->port_num;
+	snprintf(v->dev_name, sizeof(v->dev_name), "%s",
+		 ibv_get_device_name(v->ctx->device));
+	if (want && *want && strcmp(want, v->dev_name) != 0)
+		return ss_error_set(
+			SS_ENODEVICE, "wrong device",
+			"give the address of that device's netdev, or drop --device/SS_DEVICE",
+			"address %s is on %s, not on %s", addr, v->dev_name,
+			want);
+	if (ibv_query_device(v->ctx, &v->dev_attr) ||
+	    ibv_query_port(v->ctx, v->port, &v->port_attr))
+		return ss_error_set(-errno, NULL, NULL, "querying %s",
+				    ss__verbs_where(v));
+	if (v->port_attr.state != IBV_PORT_ACTIVE)
+		return ss_error_set(SS_ENODEVICE,
+				    ibv_port_state_str(v->port_attr.state),
+				    "check the link: ibv_devinfo, rdma link",
+				    "%s", ss__verbs_where(v));
+	return 0;
+}
+
+static int ss_verbs_open(struct ss_fabric *f)
+{
+	struct ss_verbs *v = calloc(1, sizeof(*v));
+	size_t table_len = ss__page_round(sizeof(struct ss__table));
+	int cqe, rc;
+
+	if (!v)
+		return ss_error_set(-ENOMEM, NULL, NULL, "verbs fabric");
+	f->backend = v;
+	v->peers = calloc((size_t)f->opts.world, sizeof(*v->peers));
+	if (!v->peers)
+		return ss_error_set(-ENOMEM, NULL, NULL, "verbs fabric");
+	rc = ss__verbs_resolve(f->addrs[f->opts.rank], &v->local_addr);
+	if (rc < 0)
+		goto err;
+	v->channel = rdma_create_event_channel();
+	if (!v->channel) {
+		rc = ss_error_set(
+			-errno, NULL,
+			"load the RDMA modules (modprobe rdma_ucm) and check /dev/infiniband",
+			"rdma_create_event_channel");
+		goto err;
+	}
+	if (rdma_create_id(v->channel, &v->listen, NULL, RDMA_PS_TCP)) {
+		rc = ss_error_set(-errno, NULL, NULL, "rdma_create_id");
+		goto err;
+	}
+	if (rdma_bind_addr(v->listen, (struct sockaddr *)&v->local_addr)) {
+		rc = ss_error_set(
+			-errno, NULL,
+			errno == EADDRINUSE ?
+				"another process uses this port: pick another" :
+				"give an address of this host's RDMA netdev",
+			"rdma_bind_addr to %s", f->addrs[f->opts.rank]);
+		goto err;
+	}
+	rc = ss_verbs_device(f, v);
+	if (rc < 0)
+		goto err;
+	v->rd_atom = (uint8_t)(v->dev_attr.max_qp_rd_atom <
+					       v->dev_attr.max_qp_init_rd_atom ?
+				       v->dev_attr.max_qp_rd_atom :
+				       v->dev_attr.max_qp_init_rd_atom);
+	if (v->rd_atom == 0)
+		v->rd_atom = 1;
+	v->max_message = v->port_attr.max_msg_sz < (1u << 30) ?
+				 v->port_attr.max_msg_sz :
+				 (1u << 30);
+	if (f->opts.max_message && f->opts.max_message < v->max_message)
+		v->max_message = f->opts.max_message;
+	v->pd = ibv_alloc_pd(v->ctx);
+	if (!v->pd) {
+		rc = ss_error_set(-errno, NULL, NULL, "ibv_alloc_pd on %s",
+				  ss__verbs_where(v));
+		goto err;
+	}
+	cqe = f->opts.world * (SS_VERBS_SQ_DEPTH + SS_VERBS_RQ_DEPTH) + 16;
+	if (cqe > v->dev_attr.max_cqe)
+		cqe = v->dev_attr.max_cqe;
+	v->cq = ibv_create_cq(v->ctx, cqe, NULL, NULL, 0);
+	if (!v->cq) {
+		rc = ss_error_set(-errno, NULL, NULL,
+				  "ibv_create_cq of %d entries on %s", cqe,
+				  ss__verbs_where(v));
+		goto err;
+	}
+	fcntl(v->channel->fd, F_SETFL,
+	      fcntl(v->channel->fd, F_GETFL) | O_NONBLOCK);
+	fcntl(v->ctx->async_fd, F_SETFL,
+	      fcntl(v->ctx->async_fd, F_GETFL) | O_NONBLOCK);
+	rc = ss_verbs_alloc_mem(v, table_len, IBV_ACCESS_REMOTE_READ,
+				(void **)&v->table, &v->table_mr);
+	if (rc < 0)
+		goto err;
+	rc = ss_verbs_alloc_mem(v,
+				ss__page_round((size_t)f->opts.world *
+					       sizeof(struct ss__table)),
+				0, (void **)&v->peer_tables,
+				&v->peer_tables_mr);
+	if (rc < 0)
+		goto err;
+	ss_log_info(
+		"verbs: rank %d at %s on %s, active MTU %d, %u outstanding READs, messages split at %zu bytes",
+		f->opts.rank, f->addrs[f->opts.rank], ss__verbs_where(v),
+		128 << (v->port_attr.active_mtu - 1), v->rd_atom,
+		v->max_message);
+	return 0;
+
+err:
+	f->ops->close(f);
+	return rc;
+}
+
+static int ss_verbs_alloc(struct ss_fabric *f, struct ss_region *r)
+{
+	struct ss_verbs *v = f->backend;
+
+	return ss_verbs_alloc_mem(v, r->len, ss_verbs_ibv_access(r->access),
+				  &r->ptr, (struct ibv_mr **)&r->backend);
+}
+
+static void ss_verbs_free_mem(struct ss_verbs *v, void *ptr, struct ibv_mr *mr)
+{
+	if (mr) {
+		v->registered -= mr->length;
+		ibv_dereg_mr(mr);
+	}
+	free(ptr);
+}
+
+static void ss_verbs_free_region(struct ss_fabric *f, struct ss_region *r)
+{
+	ss_verbs_free_mem(f->backend, r->ptr, r->backend);
+	r->ptr = NULL;
+	r->backend = NULL;
+}
+
+/* Read async events: a fatal QP or a port going down fails peers. */
+static void ss_verbs_async_events(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	struct ibv_async_event ev;
+
+	while (ibv_get_async_event(v->ctx, &ev) == 0) {
+		const char *what = ibv_event_type_str(ev.event_type);
+
+		switch (ev.event_type) {
+		case IBV_EVENT_QP_FATAL:
+		case IBV_EVENT_QP_REQ_ERR:
+		case IBV_EVENT_QP_ACCESS_ERR:
+			for (int p = 0; p < f->opts.world; p++)
+				if (v->peers[p].qp == ev.element.qp)
+					ss__peer_fail(f, p,
+						      "async event %s on %s",
+						      what, ss__verbs_where(v));
+			break;
+		case IBV_EVENT_PORT_ERR:
+		case IBV_EVENT_DEVICE_FATAL:
+			ss_log_error("verbs: %s on %s: every peer is lost",
+				     what, ss__verbs_where(v));
+			for (int p = 0; p < f->opts.world; p++)
+				if (p != f->opts.rank)
+					ss__peer_fail(f, p, "%s on %s", what,
+						      ss__verbs_where(v));
+			break;
+		default:
+			ss_log_info("verbs: async event %s on %s", what,
+				    ss__verbs_where(v));
+			break;
+		}
+		ibv_ack_async_event(&ev);
+	}
+}
+
+static int ss_verbs_status(enum ibv_wc_status status)
+{
+	return status == IBV_WC_REM_ACCESS_ERR ? SS_EREMOTE : SS_EPEER;
+}
+
+static void ss_verbs_repost_recv(struct ss_verbs *v, int p)
+{
+	struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV | ((uint64_t)p << 32) },
+			   *bad;
+
+	if (v->peers[p].qp && ibv_post_recv(v->peers[p].qp, &wr, &bad))
+		ss_log_warn("verbs: ibv_post_recv for peer %d: %s", p,
+			    strerror(errno));
+}
+
+/* A completion of a user operation; 1 when it goes to the caller. */
+static int ss_verbs_op_done(struct ss_fabric *f, const struct ibv_wc *wc,
+			    struct ss_completion *out)
+{
+	struct ss_verbs *v = f->backend;
+	int p = SS_WR_PEER(wc->wr_id);
+	struct ss_verbs_peer *vp = &v->peers[p];
+	uint32_t seq = SS_WR_SEQ(wc->wr_id);
+	struct ss_verbs_slot *slot = &vp->slots[seq % SS_VERBS_SQ_DEPTH];
+	bool part = wc->wr_id & SS_WR_PART;
+
+	if ((int32_t)(seq - vp->head_seq) < 0)
+		return 0; /* the rest of an operation already reported */
+	if (wc->status == IBV_WC_SUCCESS && part) {
+		vp->sq_used -= SS_VERBS_SIGNAL_EVERY;
+		return 0;
+	}
+	vp->head_seq = seq + 1;
+	out->wr_id = slot->wr_id;
+	out->peer = p;
+	out->op = (enum ss_op)slot->op;
+	out->status = 0;
+	out->imm = 0;
+	if (wc->status == IBV_WC_SUCCESS) {
+		vp->sq_used -= slot->n_wrs;
+		return 1;
+	}
+	/* On error only wr_id, status, qp_num and vendor_err are valid. */
+	out->status = ss_verbs_status(wc->status);
+	if (wc->status != IBV_WC_WR_FLUSH_ERR)
+		ss_log_warn(
+			"verbs: %s to peer %d (%s) failed: %s (status %d, vendor_err 0x%x, QP 0x%x) on %s",
+			ss_op_name(out->op), p, f->peers[p].addr,
+			ibv_wc_status_str(wc->status), wc->status,
+			wc->vendor_err, wc->qp_num, ss__verbs_where(v));
+	ss__peer_fail(f, p, "%s completed with %s", ss_op_name(out->op),
+		      ibv_wc_status_str(wc->status));
+	vp->sq_used = 0; /* the queue pair is in error: all is flushed */
+	return 1;
+}
+
+int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
+{
+	struct ss_verbs *v = f->backend;
+	struct ibv_wc wc[32];
+	int n = 0;
+
+	while (n < max) {
+		int want = max - n < 32 ? max - n : 32;
+		int got = ibv_poll_cq(v->cq, want, wc);
+
+		if (got <= 0) {
+			if (got < 0)
+				ss_log_error("verbs: ibv_poll_cq failed on %s",
+					     ss__verbs_where(v));
+			break;
+		}
+		for (int i = 0; i < got; i++) {
+			int p = SS_WR_PEER(wc[i].wr_id);
+
+			if (wc[i].wr_id & SS_WR_RECV) {
+				if (wc[i].status != IBV_WC_SUCCESS) {
+					ss__peer_fail(
+						f, p,
+						"receive completed with %s",
+						ibv_wc_status_str(
+							wc[i].status));
+					continue;
+				}
+				out[n].wr_id = 0;
+				out[n].peer = p;
+				out[n].op = SS_OP_RECV_IMM;
+				out[n].status = 0;
+				out[n].imm = be32toh(wc[i].imm_data);
+				n++;
+				ss_verbs_repost_recv(v, p);
+			} else if (wc[i].wr_id & SS_WR_TABLE) {
+				/* the read of a peer's descriptor table */
+				v->peers[p].sq_used--;
+				if (wc[i].status == IBV_WC_SUCCESS)
+					v->peers[p].table_read = true;
+				else
+					ss__peer_fail(
+						f, p,
+						"reading its region table: %s",
+						ibv_wc_status_str(
+							wc[i].status));
+			} else {
+				n += ss_verbs_op_done(f, &wc[i], &out[n]);
+			}
+		}
+	}
+	return n;
+}
+
+/* Wait until @need send WRs fit; completions meanwhile go to the backlog. */
+static int ss_verbs_wait_room(struct ss_fabric *f, int p, uint32_t need)
+{
+	struct ss_verbs *v = f->backend;
+	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	struct ss_completion c[16];
+
+	while (v->peers[p].sq_used + need > SS_VERBS_SQ_DEPTH) {
+		int n = ss__verbs_drain(f, c, 16);
+
+		for (int i = 0; i < n; i++)
+			if (ss__backlog_push(f, &c[i]) < 0)
+				return -ENOMEM;
+		if (f->peers[p].failed)
+			return ss_error_set(SS_EPEER, "the peer has failed",
+					    NULL, "peer %d (%s)", p,
+					    f->peers[p].addr);
+		if (n == 0 && ss_deadline_passed(deadline))
+			return ss_error_set(
+				-ETIMEDOUT, "the send queue stayed full",
+				"the peer or the link is stalled",
+				"peer %d (%s) on %s", p, f->peers[p].addr,
+				ss__verbs_where(v));
+	}
+	return 0;
+}
+
+static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[op->peer];
+	const struct ss__remote_region *rr =
+		&f->peers[op->peer].regions[op->remote_index];
+	struct ibv_mr *mr = op->local->backend;
+	size_t chunk = v->max_message;
+	uint32_t n_wrs =
+		op->len ? (uint32_t)((op->len + chunk - 1) / chunk) : 1;
+	uint32_t seq = vp->next_seq++;
+	uint64_t wr_id = ((uint64_t)op->peer << 32) | seq;
+	struct ss_verbs_slot *slot = &vp->slots[seq % SS_VERBS_SQ_DEPTH];
+	struct ibv_send_wr wrs[SS_VERBS_SIGNAL_EVERY], *bad;
+	struct ibv_sge sges[SS_VERBS_SIGNAL_EVERY];
+	uint32_t k = 0;
+	int rc;
+
+	if (vp->state != SS_VP_UP || !vp->qp)
+		return ss__peer_fail(f, op->peer, "not connected");
+	slot->wr_id = op->wr_id;
+	slot->op = (uint8_t)op->op;
+	/* The final signaled WR frees the WRs since the last signaled one. */
+	slot->n_wrs = (uint16_t)(n_wrs - (n_wrs - 1) / SS_VERBS_SIGNAL_EVERY *
+						 SS_VERBS_SIGNAL_EVERY);
+	while (k < n_wrs) {
+		uint32_t batch = n_wrs - k < SS_VERBS_SIGNAL_EVERY ?
+					 n_wrs - k :
+					 SS_VERBS_SIGNAL_EVERY;
+
+		rc = ss_verbs_wait_room(f, op->peer, batch);
+		if (rc < 0)
+			return rc;
+		for (uint32_t i = 0; i < batch; i++, k++) {
+			size_t off = (size_t)k * chunk;
+			size_t len =
+				op->len - off < chunk ? op->len - off : chunk;
+			bool last = k == n_wrs - 1;
+			struct ibv_send_wr *wr = &wrs[i];
+
+			if (op->len == 0)
+				len = 0;
+			memset(wr, 0, sizeof(*wr));
+			sges[i].addr = (uint64_t)(uintptr_t)op->local->ptr +
+				       op->local_off + off;
+			sges[i].length = (uint32_t)len;
+			sges[i].lkey = mr->lkey;
+			wr->wr_id = wr_id;
+			wr->sg_list = &sges[i];
+			wr->num_sge = len ? 1 : 0;
+			wr->next = i + 1 < batch ? &wrs[i + 1] : NULL;
+			wr->wr.rdma.remote_addr =
+				rr->addr + op->remote_off + off;
+			wr->wr.rdma.rkey = rr->rkey;
+			wr->opcode = op->op == SS_OP_READ ?
+					     IBV_WR_RDMA_READ :
+				     last && op->op == SS_OP_WRITE_IMM ?
+					     IBV_WR_RDMA_WRITE_WITH_IMM :
+					     IBV_WR_RDMA_WRITE;
+			if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
+				wr->imm_data = htobe32(op->imm);
+			if (last) {
+				wr->send_flags |= IBV_SEND_SIGNALED;
+			} else if (i == batch - 1) {
+				/* every SIGNAL_EVERY-th WR frees the queue */
+				wr->send_flags |= IBV_SEND_SIGNALED;
+				wr->wr_id |= SS_WR_PART;
+			}
+			if (op->op != SS_OP_READ && len && len <= v->max_inline)
+				wr->send_flags |= IBV_SEND_INLINE;
+		}
+		if (ibv_post_send(vp->qp, wrs, &bad)) {
+			rc = errno ? -errno : -EIO;
+			return ss_error_set(
+				rc, NULL,
+				"too many operations in flight, or the queue pair is in error",
+				"ibv_post_send of %s to peer %d (%s) on %s",
+				ss_op_name(op->op), op->peer,
+				f->peers[op->peer].addr, ss__verbs_where(v));
+		}
+		vp->sq_used += batch;
+	}
+	return 0;
+}
+
+static int ss_verbs_poll(struct ss_fabric *f, struct ss_completion *out,
+			 int max)
+{
+	ss__verbs_cm_events(f);
+	ss_verbs_async_events(f);
+	return ss__verbs_drain(f, out, max);
+}
+
+static void ss_verbs_close(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	uint64_t deadline;
+	bool waiting;
+
+	if (!v)
+		return;
+	/* Both sides must disconnect, or the other's teardown stalls. */
+	for (int p = 0; p < f->opts.world && v->peers; p++) {
+		struct ss_verbs_peer *vp = &v->peers[p];
+
+		if (vp->id && vp->state == SS_VP_UP && !vp->disconnect_sent) {
+			rdma_disconnect(vp->id);
+			vp->disconnect_sent = true;
+		}
+	}
+	deadline = ss_deadline_ns(
+		f->opts.timeout_ms < 5000 ? f->opts.timeout_ms : 5000);
+	do {
+		waiting = false;
+		for (int p = 0; p < f->opts.world && v->peers; p++)
+			if (v->peers[p].state == SS_VP_UP &&
+			    v->peers[p].disconnect_sent)
+				waiting = true;
+		if (!waiting || !v->channel)
+			break;
+		ss__verbs_cm_events(f);
+		ss_sleep_ns(1000000);
+	} while (!ss_deadline_passed(deadline));
+	for (int p = 0; p < f->opts.world && v->peers; p++) {
+		if (v->peers[p].qp)
+			ibv_destroy_qp(v->peers[p].qp);
+		if (v->peers[p].id)
+			rdma_destroy_id(v->peers[p].id);
+	}
+	for (int i = 0; i < f->n_regions; i++)
+		ss_verbs_free_region(f, &f->regions[i]);
+	ss_verbs_free_mem(v, v->table, v->table_mr);
+	ss_verbs_free_mem(v, v->peer_tables, v->peer_tables_mr);
+	if (v->cq)
+		ibv_destroy_cq(v->cq);
+	if (v->pd)
+		ibv_dealloc_pd(v->pd);
+	if (v->listen)
+		rdma_destroy_id(v->listen);
+	if (v->channel)
+		rdma_destroy_event_channel(v->channel);
+	free(v->peers);
+	free(v);
+	f->backend = NULL;
+}
+
+const struct ss__fabric_ops ss__verbs_ops = {
+	.name = "verbs",
+	.open = ss_verbs_open,
+	.alloc = ss_verbs_alloc,
+	.free_region = ss_verbs_free_region,
+	.connect = ss__verbs_connect,
+	.post = ss_verbs_post,
+	.poll = ss_verbs_poll,
+	.close = ss_verbs_close,
+};

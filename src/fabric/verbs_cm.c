@@ -1,0 +1,634 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Connections of the verbs backend, with librdmacm and queue pairs we move
+ * through their states ourselves, so that the path MTU (the smaller of both
+ * sides' active MTU), the outstanding READs (the smaller of both sides'
+ * limits) and the GID are ours to set.
+ *
+ * Higher ranks connect to lower ones and retry until the timeout while the
+ * lower one is not listening yet; lower ranks accept.  The connect request
+ * carries our hello (see fabric_internal.h); a mismatched peer is rejected
+ * with our hello as the reject's private data, so both sides can say what
+ * differed.  Once connected, each side READs the other's region table.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "verbs_internal.h"
+
+#define SS_VERBS_RESOLVE_MS 2000
+#define SS_VERBS_RETRY_NS 100000000u /* a refused connect is retried */
+
+static const char *const ss_gid_types[] = { "IB", "RoCE v1", "RoCE v2" };
+
+/* The first fatal handshake error met while connecting, for connect(). */
+static __thread int ss_cm_fatal;
+static __thread char ss_cm_refusal[256];
+
+static int ss_mtu_bytes(unsigned mtu)
+{
+	return mtu ? 128 << (mtu - 1) : 0;
+}
+
+int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct ibv_qp_init_attr ia = {
+		.send_cq = v->cq,
+		.recv_cq = v->cq,
+		.cap = { .max_send_wr = SS_VERBS_SQ_DEPTH,
+			 .max_recv_wr = SS_VERBS_RQ_DEPTH,
+			 .max_send_sge = 1,
+			 .max_recv_sge = 1,
+			 .max_inline_data = SS_VERBS_INLINE },
+		.qp_type = IBV_QPT_RC,
+	};
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_INIT };
+	int mask;
+
+	if (id->verbs != v->ctx)
+		return ss_error_set(
+			SS_ENODEVICE, "routed through another device",
+			"give every rank an address on the same RDMA network",
+			"peer %d (%s)", p, f->peers[p].addr);
+	vp->qp = ibv_create_qp(v->pd, &ia);
+	if (!vp->qp && errno == EINVAL) {
+		ia.cap.max_inline_data = 0; /* the device has no inline */
+		vp->qp = ibv_create_qp(v->pd, &ia);
+	}
+	if (!vp->qp)
+		return ss_error_set(-errno, NULL, NULL,
+				    "ibv_create_qp for peer %d on %s", p,
+				    ss__verbs_where(v));
+	v->max_inline = ia.cap.max_inline_data;
+	if (rdma_init_qp_attr(id, &attr, &mask))
+		return ss_error_set(-errno, NULL, NULL,
+				    "rdma_init_qp_attr (INIT) for peer %d", p);
+	attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+			       IBV_ACCESS_REMOTE_WRITE;
+	if (ibv_modify_qp(vp->qp, &attr, mask))
+		return ss_error_set(-errno, NULL, NULL,
+				    "ibv_modify_qp to INIT for peer %d on %s",
+				    p, ss__verbs_where(v));
+	for (int i = 0; i < SS_VERBS_RQ_DEPTH; i++) {
+		struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV |
+						   ((uint64_t)p << 32) },
+				   *bad;
+
+		if (ibv_post_recv(vp->qp, &wr, &bad))
+			return ss_error_set(-errno, NULL, NULL,
+					    "ibv_post_recv for peer %d", p);
+	}
+	vp->id = id;
+	id->context = (void *)(intptr_t)(p + 1);
+	return 0;
+}
+
+/*
+ * The GID: rdma_cm picks the entry of our address; where that entry is
+ * RoCE v1 and the same address has a RoCE v2 entry, take v2, as the best
+ * peers do.  --gid-index / SS_GID_INDEX overrides both.
+ */
+static int ss_pick_gid(struct ss_fabric *f, int cm_index)
+{
+	struct ss_verbs *v = f->backend;
+	const char *env = getenv("SS_GID_INDEX");
+	struct ibv_gid_entry cm, e;
+
+	if (f->opts.gid_index >= 0)
+		return f->opts.gid_index;
+	if (env && *env)
+		return atoi(env);
+	if (ibv_query_gid_ex(v->ctx, v->port, (uint32_t)cm_index, &cm, 0) ||
+	    cm.gid_type != IBV_GID_TYPE_ROCE_V1)
+		return cm_index;
+	for (int i = 0; i < v->port_attr.gid_tbl_len; i++)
+		if (ibv_query_gid_ex(v->ctx, v->port, (uint32_t)i, &e, 0) ==
+			    0 &&
+		    e.gid_type == IBV_GID_TYPE_ROCE_V2 &&
+		    !memcmp(e.gid.raw, cm.gid.raw, sizeof(cm.gid.raw)))
+			return i;
+	return cm_index;
+}
+
+static void ss_log_gid(struct ss_fabric *f, int p, int index)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct ibv_gid_entry e = { 0 };
+	char text[INET6_ADDRSTRLEN] = "?";
+
+	if (ibv_query_gid_ex(v->ctx, v->port, (uint32_t)index, &e, 0) == 0)
+		inet_ntop(AF_INET6, e.gid.raw, text, sizeof(text));
+	ss_log_info(
+		"verbs: peer %d (%s) connected on %s, GID index %d (%s, %s), path MTU %d, %u outstanding READs, inline up to %u bytes",
+		p, f->peers[p].addr, ss__verbs_where(v), index,
+		e.gid_type < 3 ? ss_gid_types[e.gid_type] : "?", text,
+		ss_mtu_bytes(vp->path_mtu), vp->rd_atom, v->max_inline);
+}
+
+int ss__verbs_qp_ready(struct ss_fabric *f, int p)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_RTR };
+	int mask, gid = 0;
+
+	vp->path_mtu = v->port_attr.active_mtu < vp->hello.mtu ?
+			       v->port_attr.active_mtu :
+			       vp->hello.mtu;
+	vp->rd_atom =
+		v->rd_atom < vp->hello.rd_atom ? v->rd_atom : vp->hello.rd_atom;
+	if (vp->rd_atom == 0)
+		vp->rd_atom = 1;
+	if (rdma_init_qp_attr(vp->id, &attr, &mask))
+		return ss_error_set(-errno, NULL, NULL,
+				    "rdma_init_qp_attr (RTR) for peer %d", p);
+	if (attr.path_mtu > vp->path_mtu)
+		attr.path_mtu = vp->path_mtu;
+	vp->path_mtu = attr.path_mtu;
+	attr.max_dest_rd_atomic = vp->rd_atom;
+	mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MTU;
+	if (attr.ah_attr.is_global) {
+		gid = ss_pick_gid(f, attr.ah_attr.grh.sgid_index);
+		attr.ah_attr.grh.sgid_index = (uint8_t)gid;
+	}
+	if (ibv_modify_qp(vp->qp, &attr, mask))
+		return ss_error_set(
+			-errno, NULL,
+			"check the GID index (--gid-index, SS_GID_INDEX; ibv_devinfo -v lists them) and the MTU of both sides",
+			"ibv_modify_qp to RTR for peer %d (%s) on %s, GID index %d, MTU %d",
+			p, f->peers[p].addr, ss__verbs_where(v), gid,
+			ss_mtu_bytes(vp->path_mtu));
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RTS;
+	if (rdma_init_qp_attr(vp->id, &attr, &mask))
+		return ss_error_set(-errno, NULL, NULL,
+				    "rdma_init_qp_attr (RTS) for peer %d", p);
+	attr.max_rd_atomic = vp->rd_atom;
+	mask |= IBV_QP_MAX_QP_RD_ATOMIC;
+	if (ibv_modify_qp(vp->qp, &attr, mask))
+		return ss_error_set(
+			-errno, NULL, NULL,
+			"ibv_modify_qp to RTS for peer %d (%s) on %s", p,
+			f->peers[p].addr, ss__verbs_where(v));
+	ss_log_gid(f, p, gid);
+	return 0;
+}
+
+static void ss_hello_wire(struct ss_fabric *f, struct ss__hello *wire)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss__hello mine;
+
+	ss__hello_make(f, &mine);
+	mine.table_addr = (uint64_t)(uintptr_t)v->table;
+	mine.table_rkey = v->table_mr->rkey;
+	mine.mtu = (uint8_t)v->port_attr.active_mtu;
+	mine.rd_atom = v->rd_atom;
+	ss__hello_to_wire(&mine, wire);
+}
+
+static void ss_conn_param(struct ss_fabric *f, int p, const void *hello,
+			  struct rdma_conn_param *param)
+{
+	struct ss_verbs *v = f->backend;
+	uint8_t rd = v->peers[p].rd_atom ? v->peers[p].rd_atom : v->rd_atom;
+
+	memset(param, 0, sizeof(*param));
+	param->private_data = hello;
+	param->private_data_len = sizeof(struct ss__hello);
+	param->responder_resources = rd;
+	param->initiator_depth = rd;
+	param->retry_count = 7;
+	param->rnr_retry_count = 7;
+	param->qp_num = v->peers[p].qp->qp_num;
+}
+
+/* Forget a half-made connection; an active side tries again later. */
+static void ss_cm_reset(struct ss_fabric *f, int p)
+{
+	struct ss_verbs_peer *vp = &((struct ss_verbs *)f->backend)->peers[p];
+
+	if (vp->qp)
+		ibv_destroy_qp(vp->qp);
+	if (vp->id)
+		rdma_destroy_id(vp->id);
+	vp->qp = NULL;
+	vp->id = NULL;
+	vp->state = SS_VP_IDLE;
+	vp->retry_ns = ss_now_ns() + SS_VERBS_RETRY_NS;
+}
+
+static void ss_cm_fail(int rc)
+{
+	if (!ss_cm_fatal)
+		ss_cm_fatal = rc;
+}
+
+static int ss_cm_start(struct ss_fabric *f, int p)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct sockaddr_storage src = v->local_addr, dst;
+	struct rdma_cm_id *id;
+	int rc;
+
+	rc = ss__verbs_resolve(f->addrs[p], &dst);
+	if (rc < 0)
+		return rc;
+	if (src.ss_family == AF_INET)
+		((struct sockaddr_in *)&src)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&src)->sin6_port = 0;
+	if (rdma_create_id(v->channel, &id, (void *)(intptr_t)(p + 1),
+			   RDMA_PS_TCP))
+		return ss_error_set(-errno, NULL, NULL, "rdma_create_id");
+	vp->id = id;
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src,
+			      (struct sockaddr *)&dst, SS_VERBS_RESOLVE_MS)) {
+		ss_log_debug("verbs: rdma_resolve_addr to peer %d (%s): %s", p,
+			     f->addrs[p], strerror(errno));
+		ss_cm_reset(f, p);
+		return 0;
+	}
+	vp->state = SS_VP_ADDR;
+	return 0;
+}
+
+static int ss_cm_peer_of(struct rdma_cm_id *id)
+{
+	return (int)(intptr_t)id->context - 1;
+}
+
+/* A connect request from a peer: check its hello, accept or refuse. */
+static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
+			  const void *data, size_t len)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss__hello mine, theirs, wire;
+	struct rdma_conn_param param;
+	char why[160];
+	bool bad;
+	int p, rc;
+
+	memset(&theirs, 0, sizeof(theirs));
+	if (len >= sizeof(theirs))
+		ss__hello_from_wire(data, &theirs);
+	ss_hello_wire(f, &wire);
+	ss__hello_from_wire(&wire, &mine);
+	p = theirs.rank;
+	bad = ss__hello_check(&mine, &theirs, -1, why, sizeof(why)) < 0;
+	if (!bad && (p < f->opts.rank || v->peers[p].state == SS_VP_UP)) {
+		snprintf(
+			why, sizeof(why),
+			"rank %d must not connect to rank %d (only higher ranks connect, once)",
+			p, f->opts.rank);
+		bad = true;
+	}
+	if (bad) {
+		snprintf(ss_cm_refusal, sizeof(ss_cm_refusal),
+			 "refused a peer claiming rank %u: %s", theirs.rank,
+			 why);
+		ss_log_warn("verbs: %s", ss_cm_refusal);
+		rdma_reject(id, &wire, sizeof(wire));
+		rdma_destroy_id(id);
+		return;
+	}
+	if (v->peers[p].id) /* an earlier attempt of the same peer */
+		ss_cm_reset(f, p);
+	v->peers[p].hello = theirs;
+	rc = ss__verbs_create_qp(f, p, id);
+	if (rc == 0)
+		rc = ss__verbs_qp_ready(f, p);
+	if (rc < 0) {
+		ss_cm_fail(rc);
+		rdma_reject(id, NULL, 0);
+		v->peers[p].id = NULL;
+		ss_cm_reset(f, p);
+		rdma_destroy_id(id);
+		return;
+	}
+	ss_conn_param(f, p, &wire, &param);
+	if (rdma_accept(id, &param)) {
+		ss_log_warn("verbs: rdma_accept for peer %d: %s", p,
+			    strerror(errno));
+		ss_cm_reset(f, p);
+		return;
+	}
+	v->peers[p].state = SS_VP_CONNECTING;
+}
+
+/* The accepting peer answered: check its hello and finish our side. */
+static void ss_cm_response(struct ss_fabric *f, int p, const void *data,
+			   size_t len)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct ss__hello mine, wire;
+	char why[160];
+	int rc;
+
+	ss_hello_wire(f, &wire);
+	ss__hello_from_wire(&wire, &mine);
+	memset(&vp->hello, 0, sizeof(vp->hello));
+	if (len >= sizeof(vp->hello))
+		ss__hello_from_wire(data, &vp->hello);
+	if (ss__hello_check(&mine, &vp->hello, p, why, sizeof(why)) < 0) {
+		ss_cm_fail(ss_error_set(
+			SS_EHANDSHAKE, why,
+			"start every rank with the same job key, world size and model",
+			"peer %d (%s)", p, f->peers[p].addr));
+		rdma_disconnect(vp->id);
+		vp->state = SS_VP_DOWN;
+		return;
+	}
+	rc = ss__verbs_qp_ready(f, p);
+	if (rc == 0 && rdma_establish(vp->id))
+		rc = ss_error_set(-errno, NULL, NULL,
+				  "rdma_establish with peer %d", p);
+	if (rc < 0) {
+		ss_cm_fail(rc);
+		return;
+	}
+	vp->state = SS_VP_UP;
+	f->peers[p].connected = true;
+}
+
+static void ss_cm_rejected(struct ss_fabric *f, int p, const void *data,
+			   size_t len, int status)
+{
+	struct ss__hello mine, theirs, wire;
+	char why[160];
+
+	if (len >= sizeof(theirs)) {
+		ss__hello_from_wire(data, &theirs);
+		if (theirs.magic == SS_HELLO_MAGIC) {
+			ss_hello_wire(f, &wire);
+			ss__hello_from_wire(&wire, &mine);
+			if (ss__hello_check(&mine, &theirs, p, why,
+					    sizeof(why)) == 0)
+				snprintf(why, sizeof(why),
+					 "it refused our connection");
+			ss_cm_fail(ss_error_set(
+				SS_EHANDSHAKE, why,
+				"start every rank with the same job key, world size and model",
+				"peer %d (%s) refused us", p,
+				f->peers[p].addr));
+			ss_cm_reset(f, p);
+			return;
+		}
+	}
+	/* Nobody listening yet: try again until the timeout. */
+	ss_log_debug(
+		"verbs: peer %d (%s) not ready (reject status %d); retrying", p,
+		f->peers[p].addr, status);
+	ss_cm_reset(f, p);
+}
+
+static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
+{
+	struct ss_verbs *v = f->backend;
+	enum rdma_cm_event_type type = ev->event;
+	struct rdma_cm_id *id = ev->id;
+	int p = type == RDMA_CM_EVENT_CONNECT_REQUEST ? -1 : ss_cm_peer_of(id);
+	uint8_t data[256];
+	size_t len = ev->param.conn.private_data_len;
+	int status = ev->status;
+
+	if (len > sizeof(data))
+		len = sizeof(data);
+	if (ev->param.conn.private_data && len)
+		memcpy(data, ev->param.conn.private_data, len);
+	else
+		len = 0;
+	rdma_ack_cm_event(ev); /* before anything may destroy the id */
+	ss_log_debug("verbs: %s for peer %d (status %d)", rdma_event_str(type),
+		     p, status);
+	if (p >= f->opts.world ||
+	    (p < 0 && type != RDMA_CM_EVENT_CONNECT_REQUEST))
+		return;
+
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(id, SS_VERBS_RESOLVE_MS))
+			ss_cm_reset(f, p);
+		else
+			v->peers[p].state = SS_VP_ROUTE;
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+		struct rdma_conn_param param;
+		struct ss__hello wire;
+		int rc = ss__verbs_create_qp(f, p, id);
+
+		if (rc < 0) {
+			ss_cm_fail(rc);
+			break;
+		}
+		ss_hello_wire(f, &wire);
+		ss_conn_param(f, p, &wire, &param);
+		if (rdma_connect(id, &param))
+			ss_cm_reset(f, p);
+		else
+			v->peers[p].state = SS_VP_CONNECTING;
+		break;
+	}
+	case RDMA_CM_EVENT_CONNECT_REQUEST:
+		ss_cm_request(f, id, data, len);
+		break;
+	case RDMA_CM_EVENT_CONNECT_RESPONSE:
+		ss_cm_response(f, p, data, len);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		v->peers[p].state = SS_VP_UP;
+		f->peers[p].connected = true;
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		ss_cm_rejected(f, p, data, len, status);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		if (v->peers[p].state == SS_VP_UP) {
+			ss__peer_fail(f, p, "%s", rdma_event_str(type));
+		} else {
+			ss_log_debug(
+				"verbs: peer %d (%s): %s (status %d); retrying",
+				p, f->peers[p].addr, rdma_event_str(type),
+				status);
+			ss_cm_reset(f, p);
+		}
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+		if (v->peers[p].state == SS_VP_UP &&
+		    !v->peers[p].disconnect_sent)
+			ss__peer_fail(f, p, "it disconnected");
+		if (!v->peers[p].disconnect_sent) {
+			rdma_disconnect(id); /* so that its teardown ends */
+			v->peers[p].disconnect_sent = true;
+		}
+		v->peers[p].state = SS_VP_DOWN;
+		break;
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+		ss__peer_fail(f, p, "the device %s was removed", v->dev_name);
+		break;
+	default:
+		break;
+	}
+}
+
+void ss__verbs_cm_events(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	struct rdma_cm_event *ev;
+
+	while (v->channel && rdma_get_cm_event(v->channel, &ev) == 0)
+		ss_cm_event(f, ev);
+}
+
+/* Post the READs of every peer's region table and wait for them. */
+static int ss_read_tables(struct ss_fabric *f, uint64_t deadline)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_completion c[16];
+	bool done;
+
+	for (int p = 0; p < f->opts.world; p++) {
+		struct ss_verbs_peer *vp = &v->peers[p];
+		struct ibv_sge sge = {
+			.addr = (uint64_t)(uintptr_t)&v->peer_tables[p],
+			.length = sizeof(struct ss__table),
+			.lkey = v->peer_tables_mr->lkey
+		};
+		struct ibv_send_wr wr = { .wr_id = SS_WR_TABLE |
+						   ((uint64_t)p << 32),
+					  .sg_list = &sge,
+					  .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_READ,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+
+		if (p == f->opts.rank)
+			continue;
+		wr.wr.rdma.remote_addr = vp->hello.table_addr;
+		wr.wr.rdma.rkey = vp->hello.table_rkey;
+		if (ibv_post_send(vp->qp, &wr, &bad))
+			return ss_error_set(
+				-errno, NULL, NULL,
+				"posting the read of peer %d's region table on %s",
+				p, ss__verbs_where(v));
+		vp->sq_used++;
+	}
+	do {
+		int n = ss__verbs_drain(f, c, 16);
+
+		for (int i = 0; i < n; i++)
+			ss__backlog_push(f, &c[i]);
+		done = true;
+		for (int p = 0; p < f->opts.world; p++) {
+			if (p == f->opts.rank)
+				continue;
+			if (f->peers[p].failed)
+				return ss_error_set(
+					SS_EPEER, "it failed while connecting",
+					NULL, "peer %d (%s)", p,
+					f->peers[p].addr);
+			done &= v->peers[p].table_read;
+		}
+		if (done)
+			break;
+		if (ss_deadline_passed(deadline))
+			return ss_error_set(-ETIMEDOUT,
+					    "its region table did not arrive",
+					    NULL, "reading region tables on %s",
+					    ss__verbs_where(v));
+	} while (true);
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank &&
+		    ss__table_read(&v->peer_tables[p], &f->peers[p]) < 0)
+			return ss_error_set(
+				SS_EHANDSHAKE, "its region table is corrupt",
+				NULL, "peer %d (%s)", p, f->peers[p].addr);
+	return 0;
+}
+
+static bool ss_all_up(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && v->peers[p].state != SS_VP_UP)
+			return false;
+	return true;
+}
+
+static int ss_connect_timeout(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	static const char *const states[] = { "no answer",
+					      "resolving address",
+					      "resolving route",
+					      "connecting",
+					      "up",
+					      "disconnected" };
+	char missing[200] = "";
+	size_t len = 0;
+
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && v->peers[p].state != SS_VP_UP &&
+		    len < sizeof(missing))
+			len += (size_t)snprintf(
+				missing + len, sizeof(missing) - len,
+				"%s%d (%s: %s)", len ? ", " : "", p,
+				f->peers[p].addr, states[v->peers[p].state]);
+	return ss_error_set(
+		-ETIMEDOUT, ss_cm_refusal[0] ? ss_cm_refusal : "no answer",
+		"start every rank, check the peer list, and that rdma_cm's port is open in the firewall",
+		"verbs: waiting %u ms on %s for peers %s", f->opts.timeout_ms,
+		ss__verbs_where(v), missing);
+}
+
+int ss__verbs_connect(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	struct ss__table *table = v->table;
+
+	ss_cm_fatal = 0;
+	ss_cm_refusal[0] = '\0';
+	ss__table_make(f, NULL, table);
+	for (int i = 0; i < f->n_regions; i++)
+		table->entries[i].rkey =
+			htobe32(((struct ibv_mr *)f->regions[i].backend)->rkey);
+	if (f->opts.rank < f->opts.world - 1 &&
+	    rdma_listen(v->listen, f->opts.world))
+		return ss_error_set(-errno, NULL, NULL, "rdma_listen on %s",
+				    f->addrs[f->opts.rank]);
+	while (!ss_all_up(f)) {
+		struct pollfd pfd = { .fd = v->channel->fd, .events = POLLIN };
+		uint64_t now = ss_now_ns();
+
+		for (int p = 0; p < f->opts.rank; p++) {
+			int rc;
+
+			if (v->peers[p].state != SS_VP_IDLE ||
+			    now < v->peers[p].retry_ns)
+				continue;
+			rc = ss_cm_start(f, p);
+			if (rc < 0)
+				return rc;
+		}
+		poll(&pfd, 1, 20);
+		ss__verbs_cm_events(f);
+		if (ss_cm_fatal)
+			return ss_cm_fatal;
+		if (ss_deadline_passed(deadline))
+			return ss_connect_timeout(f);
+	}
+	return ss_read_tables(f, deadline);
+}

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* What verbs.c (data path) and verbs_cm.c (connections) share. */
+#ifndef SS_VERBS_INTERNAL_H
+#define SS_VERBS_INTERNAL_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include "fabric_internal.h"
+
+#define SS_VERBS_SQ_DEPTH 256 /* send WRs in flight per peer */
+#define SS_VERBS_RQ_DEPTH 128 /* receives posted per peer, for immediates */
+#define SS_VERBS_INLINE 64 /* inline data asked for; the QP may give less */
+
+/* wr_id layout: tag in the top bits, then peer, then sequence number. */
+#define SS_WR_RECV (1ull << 63) /* a receive, for an immediate */
+#define SS_WR_PART (1ull << 62) /* a signaled WR inside a long operation */
+#define SS_WR_TABLE (1ull << 61) /* the read of a peer's region table */
+#define SS_WR_PEER(id) ((int)(((id) >> 32) & 0x1fffffff))
+#define SS_WR_SEQ(id) ((uint32_t)(id))
+
+/* One posted user operation, in posting order per peer. */
+struct ss_verbs_slot {
+	uint64_t wr_id;
+	uint16_t n_wrs;
+	uint8_t op;
+};
+
+enum ss_verbs_state {
+	SS_VP_IDLE, /* not yet tried, or waiting to retry */
+	SS_VP_ADDR, /* resolving the address */
+	SS_VP_ROUTE, /* resolving the route */
+	SS_VP_CONNECTING, /* request sent, or accepted: waiting */
+	SS_VP_UP, /* connected */
+	SS_VP_DOWN, /* disconnected */
+};
+
+struct ss_verbs_peer {
+	struct rdma_cm_id *id;
+	struct ibv_qp *qp;
+	enum ss_verbs_state state;
+	uint64_t retry_ns; /* when an IDLE active side tries again */
+	struct ss__hello hello; /* theirs, host byte order */
+	uint8_t path_mtu; /* negotiated */
+	uint8_t rd_atom; /* negotiated outstanding READs */
+	uint32_t sq_used; /* send WRs posted and not yet completed */
+	uint32_t next_seq; /* sequence number of the next operation */
+	uint32_t head_seq; /* the oldest operation not yet completed */
+	struct ss_verbs_slot slots[SS_VERBS_SQ_DEPTH];
+	bool table_read; /* its descriptor table has arrived */
+	bool disconnect_sent;
+};
+
+struct ss_verbs {
+	struct rdma_event_channel *channel;
+	struct rdma_cm_id *listen;
+	struct sockaddr_storage local_addr;
+	struct ibv_context *ctx; /* the device of our address */
+	struct ibv_pd *pd;
+	struct ibv_cq *cq;
+	struct ibv_device_attr dev_attr;
+	struct ibv_port_attr port_attr;
+	uint8_t port;
+	char dev_name[64];
+	uint32_t max_inline; /* what the QPs really give */
+	size_t max_message; /* split operations above this */
+	uint8_t rd_atom; /* ours: min of responder and initiator limits */
+	size_t registered; /* bytes registered, against RLIMIT_MEMLOCK */
+	struct ss__table *table; /* ours, remote-READ */
+	struct ibv_mr *table_mr;
+	struct ss__table *peer_tables; /* where peers' tables are read to */
+	struct ibv_mr *peer_tables_mr;
+	struct ss_verbs_peer *peers;
+};
+
+/* "device mlx5_0 port 1" and the errno text, for messages. */
+const char *ss__verbs_where(const struct ss_verbs *v);
+
+/* ss__verbs_create_qp() - an RC QP on our PD and CQ, with receives. */
+int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id);
+
+/*
+ * ss__verbs_qp_ready() - move a peer's QP to RTR and RTS with the path MTU
+ * and outstanding READs agreed in the hellos.
+ */
+int ss__verbs_qp_ready(struct ss_fabric *f, int p);
+
+/* ss__verbs_drain() - completions from the CQ; internal ones handled. */
+int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max);
+
+/* ss__verbs_resolve() - "host:port" or "[v6]:port" to an address. */
+int ss__verbs_resolve(const char *text, struct sockaddr_storage *out);
+
+/* ss__verbs_connect() - connect to every peer (the backend's connect). */
+int ss__verbs_connect(struct ss_fabric *f);
+
+/* ss__verbs_cm_events() - handle connection events; non-blocking. */
+void ss__verbs_cm_events(struct ss_fabric *f);
+
+#endif /* SS_VERBS_INTERNAL_H */

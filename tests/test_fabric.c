@@ -1,0 +1,745 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The fabric between ranks that are separate processes.  Every test runs
+ * over the transport that SS_TEST_TRANSPORT names: shm (the default) on any
+ * machine, verbs on a real RDMA device (`make check` runs this file a second
+ * time inside tools/rxe-vm).  Over verbs without an active device the tests
+ * report themselves skipped.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shadowsync/shadowsync.h"
+
+#define MAX_RANKS 4
+#define MIB (1024 * 1024)
+
+/* Regions every rank allocates, in this order. */
+enum { R_SHARED, R_READONLY, R_INBOX, R_LOCAL, N_REGIONS };
+
+struct rank_ctx {
+	struct ss_fabric *f;
+	struct ss_region *r[N_REGIONS];
+	int rank, world;
+	int marks; /* FINAL_MARK immediates that came while waiting for else */
+};
+
+/* The immediate a rank sends when it is done with its peers. */
+#define FINAL_MARK 100000u
+
+struct job {
+	int world;
+	size_t region_len[N_REGIONS];
+	unsigned timeout_ms;
+	size_t max_message;
+	/* per-rank overrides, for the handshake tests */
+	uint64_t job_key[MAX_RANKS], layout_hash[MAX_RANKS];
+	int (*body)(struct rank_ctx *c, struct job *job);
+	/* a rank whose connect is expected to fail runs this instead */
+	int (*on_connect_error)(struct rank_ctx *c, int rc);
+};
+
+static bool verbs(void)
+{
+	const char *t = getenv("SS_TEST_TRANSPORT");
+
+	return t && !strcmp(t, "verbs");
+}
+
+static void skip_without_device(void)
+{
+	if (verbs() && !ss_fabric_verbs_available())
+		cr_skip_test(
+			"no active RDMA port here (run under tools/rxe-vm)");
+}
+
+#define fail_if(cond, ...)                                                     \
+	do {                                                                   \
+		if (cond) {                                                    \
+			fprintf(stderr, "rank %d: %s:%d: ", c->rank, __FILE__, \
+				__LINE__);                                     \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, " (last error: %s: %s)\n",             \
+				ss_last_error()->what, ss_last_error()->why);  \
+			return 1;                                              \
+		}                                                              \
+	} while (0)
+
+static uint8_t pattern(int rank, size_t i)
+{
+	return (uint8_t)(i * 131 + (size_t)rank * 17 + (i >> 13));
+}
+
+static void fill(void *p, size_t len, int rank, size_t from)
+{
+	uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		b[i] = pattern(rank, from + i);
+}
+
+/* Index of the first byte that differs from the pattern, or -1. */
+static long mismatch(const void *p, size_t len, int rank, size_t from)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < len; i++)
+		if (b[i] != pattern(rank, from + i))
+			return (long)i;
+	return -1;
+}
+
+/*
+ * Wait for one completion; fails the rank on timeout.  A peer that is
+ * already done may send its FINAL_MARK early: those are counted, not
+ * returned.
+ */
+static int wait_one(struct rank_ctx *c, struct ss_completion *out)
+{
+	for (;;) {
+		int n = ss_fabric_poll(c->f, out, 1, 20000);
+
+		fail_if(n != 1, "poll returned %d (%s)", n, ss_strerror(n));
+		if (out->op != SS_OP_RECV_IMM || out->imm != FINAL_MARK)
+			return 0;
+		c->marks++;
+	}
+}
+
+/* Wait for the completion of a posted operation. */
+static int wait_op(struct rank_ctx *c, uint64_t wr_id, enum ss_op op)
+{
+	struct ss_completion comp;
+
+	if (wait_one(c, &comp))
+		return 1;
+	fail_if(comp.op != op || comp.wr_id != wr_id,
+		"got %s wr_id %llu, want %s wr_id %llu", ss_op_name(comp.op),
+		(unsigned long long)comp.wr_id, ss_op_name(op),
+		(unsigned long long)wr_id);
+	fail_if(comp.status != 0, "%s completed with %s", ss_op_name(op),
+		ss_strerror(comp.status));
+	return 0;
+}
+
+/* Wait for an immediate from @peer; returns its value in @imm. */
+static int wait_imm(struct rank_ctx *c, int peer, uint32_t *imm)
+{
+	struct ss_completion comp;
+
+	if (wait_one(c, &comp))
+		return 1;
+	fail_if(comp.op != SS_OP_RECV_IMM || comp.peer != peer,
+		"got %s from %d, want an immediate from %d",
+		ss_op_name(comp.op), comp.peer, peer);
+	*imm = comp.imm;
+	return 0;
+}
+
+/* A zero-length WRITE_WITH_IMM: "I am here" or "go on". */
+static int signal_peer(struct rank_ctx *c, int peer, uint32_t imm)
+{
+	int rc = ss_fabric_write_imm(c->f, peer, c->r[R_LOCAL], 0, R_INBOX, 0,
+				     0, imm, 1000 + imm);
+
+	fail_if(rc != 0, "write_imm: %s", ss_strerror(rc));
+	return wait_op(c, 1000 + imm, SS_OP_WRITE_IMM);
+}
+
+static int run_rank(struct job *job, int rank, int port_base,
+		    uint64_t default_key)
+{
+	char addr_buf[MAX_RANKS][64];
+	const char *addrs[MAX_RANKS];
+	const char *host = getenv("SS_RXE_ADDR");
+	struct ss_fabric_options o;
+	static const unsigned access[N_REGIONS] = {
+		SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE,
+		SS_ACCESS_REMOTE_READ, SS_ACCESS_REMOTE_WRITE, SS_ACCESS_LOCAL
+	};
+	struct rank_ctx ctx = { .rank = rank, .world = job->world }, *c = &ctx;
+	int rc;
+
+	for (int i = 0; i < job->world; i++) {
+		snprintf(addr_buf[i], sizeof(addr_buf[i]), "%s:%d",
+			 host ? host : "127.0.0.1", port_base + i);
+		addrs[i] = addr_buf[i];
+	}
+	ss_fabric_options_init(&o);
+	o.transport = verbs() ? SS_TRANSPORT_VERBS : SS_TRANSPORT_SHM;
+	o.rank = rank;
+	o.world = job->world;
+	o.addrs = addrs;
+	o.job_key = job->job_key[rank] ? job->job_key[rank] : default_key;
+	o.layout_hash = job->layout_hash[rank] ? job->layout_hash[rank] : 42;
+	o.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
+	o.max_message = job->max_message;
+	rc = ss_fabric_open(&c->f, &o);
+	fail_if(rc != 0, "open: %s", ss_strerror(rc));
+	for (int i = 0; i < N_REGIONS; i++) {
+		rc = ss_fabric_alloc(
+			c->f, job->region_len[i] ? job->region_len[i] : 4096,
+			access[i], &c->r[i]);
+		fail_if(rc != 0, "alloc region %d: %s", i, ss_strerror(rc));
+	}
+	rc = ss_fabric_connect(c->f);
+	if (rc != 0 && job->on_connect_error) {
+		rc = job->on_connect_error(c, rc);
+		ss_fabric_close(&c->f);
+		return rc;
+	}
+	fail_if(rc != 0, "connect: %s", ss_strerror(rc));
+	rc = job->body(c, job);
+	ss_fabric_close(&c->f);
+	return rc;
+}
+
+/*
+ * Run @job->world ranks as processes and wait for all, at most 120 s.
+ * Returns the number of ranks that failed; their exit statuses (-1 for a
+ * signal) go to @status when it is not NULL.
+ */
+static int run_job_status(struct job *job, int *exits)
+{
+	pid_t pids[MAX_RANKS];
+	int port_base = 20000 + (int)(getpid() % 2000) * 8, failed = 0;
+	uint64_t key = ((uint64_t)getpid() << 32) ^ ss_now_ns();
+	uint64_t deadline = ss_deadline_ns(120000);
+
+	for (int r = 0; r < job->world; r++) {
+		pids[r] = fork();
+		cr_assert_geq(pids[r], 0);
+		if (pids[r] == 0)
+			_exit(run_rank(job, r, port_base, key));
+	}
+	for (int left = job->world; left > 0;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+
+		if (pid > 0) {
+			left--;
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+				failed++;
+			for (int r = 0; r < job->world && exits; r++)
+				if (pids[r] == pid)
+					exits[r] = WIFEXITED(status) ?
+							   WEXITSTATUS(status) :
+							   -1;
+			continue;
+		}
+		if (ss_deadline_passed(deadline)) {
+			for (int r = 0; r < job->world; r++)
+				kill(pids[r], SIGKILL);
+			cr_assert_fail(
+				"ranks still running after 120 s: a hang");
+			return job->world;
+		}
+		ss_sleep_ns(5000000);
+	}
+	return failed;
+}
+
+static int run_job(struct job *job)
+{
+	return run_job_status(job, NULL);
+}
+
+/* ---- READ and WRITE of every size, at unaligned offsets ---------------- */
+
+static const size_t sizes[] = { 1, 7, 4096, 65537, MIB + 3, 64 * MIB };
+#define N_SIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static int body_sizes(struct rank_ctx *c, struct job *job)
+{
+	void *shared = ss_region_ptr(c->r[R_SHARED]);
+	void *local = ss_region_ptr(c->r[R_LOCAL]);
+	uint32_t imm;
+
+	(void)job;
+	if (c->rank == 1) {
+		/* Expose a pattern, then check each WRITE_WITH_IMM's data. */
+		fill(shared, ss_region_len(c->r[R_SHARED]), 1, 0);
+		if (signal_peer(c, 0, 0))
+			return 1;
+		for (size_t k = 0; k < N_SIZES; k++) {
+			long bad;
+
+			if (wait_imm(c, 0, &imm))
+				return 1;
+			fail_if(imm != 100 + k, "immediate %u, want %zu", imm,
+				100 + k);
+			/* The data must be there when the immediate is. */
+			bad = mismatch((char *)shared + 5, sizes[k], 0, 3);
+			fail_if(bad >= 0, "WRITE of %zu bytes: byte %ld wrong",
+				sizes[k], bad);
+			if (signal_peer(c, 0, 200 + (uint32_t)k))
+				return 1;
+		}
+		return 0;
+	}
+	if (wait_imm(c, 1, &imm))
+		return 1;
+	for (size_t k = 0; k < N_SIZES; k++) {
+		int rc = ss_fabric_read(c->f, 1, c->r[R_LOCAL], 3, R_SHARED, 5,
+					sizes[k], k);
+		long bad;
+
+		fail_if(rc != 0, "read %zu: %s", sizes[k], ss_strerror(rc));
+		if (wait_op(c, k, SS_OP_READ))
+			return 1;
+		bad = mismatch((char *)local + 3, sizes[k], 1, 5);
+		fail_if(bad >= 0, "READ of %zu bytes: byte %ld wrong", sizes[k],
+			bad);
+	}
+	fill(local, ss_region_len(c->r[R_LOCAL]), 0, 0);
+	for (size_t k = 0; k < N_SIZES; k++) {
+		int rc = ss_fabric_write_imm(c->f, 1, c->r[R_LOCAL], 3,
+					     R_SHARED, 5, sizes[k],
+					     100 + (uint32_t)k, 50 + k);
+
+		fail_if(rc != 0, "write %zu: %s", sizes[k], ss_strerror(rc));
+		if (wait_op(c, 50 + k, SS_OP_WRITE_IMM) || wait_imm(c, 1, &imm))
+			return 1;
+		fail_if(imm != 200 + k, "ack %u", imm);
+	}
+	return 0;
+}
+
+Test(fabric, read_and_write_1B_to_64MiB_unaligned, .timeout = 240)
+{
+	struct job job = { .world = 2, .body = body_sizes };
+
+	skip_without_device();
+	job.region_len[R_SHARED] = 64 * MIB + 4096;
+	job.region_len[R_LOCAL] = 64 * MIB + 4096;
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* ---- long operations split at the message size, many in flight -------- */
+
+static int body_split(struct rank_ctx *c, struct job *job)
+{
+	void *shared = ss_region_ptr(c->r[R_SHARED]);
+	void *local = ss_region_ptr(c->r[R_LOCAL]);
+	size_t len = ss_region_len(c->r[R_SHARED]) - 4096;
+	struct ss_completion comp[16];
+	uint32_t imm;
+	int done = 0;
+
+	(void)job;
+	if (c->rank == 1) {
+		fill(shared, len + 4096, 1, 0);
+		if (signal_peer(c, 0, 0) || wait_imm(c, 0, &imm))
+			return 1;
+		return 0;
+	}
+	if (wait_imm(c, 1, &imm))
+		return 1;
+	/* One READ of 1 MiB + 5 in 4 KiB messages: 257 work requests. */
+	fail_if(ss_fabric_read(c->f, 1, c->r[R_LOCAL], 0, R_SHARED, 1, len, 7),
+		"long read");
+	if (wait_op(c, 7, SS_OP_READ))
+		return 1;
+	fail_if(mismatch(local, len, 1, 1) >= 0, "long read data");
+	/* 300 small READs posted before any is polled. */
+	for (int i = 0; i < 300; i++)
+		fail_if(ss_fabric_read(c->f, 1, c->r[R_LOCAL], (size_t)i * 8,
+				       R_SHARED, (size_t)i * 8, 8, 1000 + i),
+			"read %d", i);
+	while (done < 300) {
+		int n = ss_fabric_poll(c->f, comp, 16, 20000);
+
+		fail_if(n <= 0, "poll: %s", ss_strerror(n));
+		for (int i = 0; i < n; i++) {
+			fail_if(comp[i].status || comp[i].op != SS_OP_READ ||
+					comp[i].wr_id != 1000u + (unsigned)done,
+				"completion %d: %s wr_id %llu status %d", done,
+				ss_op_name(comp[i].op),
+				(unsigned long long)comp[i].wr_id,
+				comp[i].status);
+			done++;
+		}
+	}
+	fail_if(mismatch(local, 2400, 1, 0) >= 0, "small reads data");
+	return signal_peer(c, 1, 1);
+}
+
+Test(fabric, long_operations_split_and_many_in_flight, .timeout = 240)
+{
+	struct job job = { .world = 2,
+			   .body = body_split,
+			   .max_message = 4096 };
+
+	skip_without_device();
+	job.region_len[R_SHARED] = MIB + 8192;
+	job.region_len[R_LOCAL] = MIB + 8192;
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* ---- 3 and 4 ranks: every pair, both directions ------------------------- */
+
+static int body_all_pairs(struct rank_ctx *c, struct job *job)
+{
+	uint8_t *inbox = ss_region_ptr(c->r[R_INBOX]);
+	uint8_t *local = ss_region_ptr(c->r[R_LOCAL]);
+	uint32_t seen = 0;
+
+	(void)job;
+	fill(ss_region_ptr(c->r[R_READONLY]), 4096, c->rank, 0);
+	local[0] = (uint8_t)(0xa0 + c->rank);
+	/* Each rank writes its mark into slot [rank] of every peer's inbox. */
+	for (int p = 0; p < c->world; p++) {
+		if (p == c->rank)
+			continue;
+		fail_if(ss_fabric_write_imm(c->f, p, c->r[R_LOCAL], 0, R_INBOX,
+					    (size_t)c->rank * 64, 1,
+					    (uint32_t)c->rank, (uint64_t)p),
+			"write_imm to %d", p);
+	}
+	for (int got = 0; got < 2 * (c->world - 1);) {
+		struct ss_completion comp;
+
+		if (wait_one(c, &comp))
+			return 1;
+		fail_if(comp.status, "%s: %s", ss_op_name(comp.op),
+			ss_strerror(comp.status));
+		if (comp.op == SS_OP_RECV_IMM) {
+			fail_if(comp.imm != (uint32_t)comp.peer,
+				"imm %u from %d", comp.imm, comp.peer);
+			fail_if(inbox[comp.peer * 64] != 0xa0 + comp.peer,
+				"slot %d holds 0x%x", comp.peer,
+				inbox[comp.peer * 64]);
+			seen |= 1u << comp.peer;
+		}
+		got++;
+	}
+	fail_if(seen != (((1u << c->world) - 1) & ~(1u << c->rank)),
+		"immediates from 0x%x", seen);
+	/* Then READ every peer's read-only region. */
+	for (int p = 0; p < c->world; p++) {
+		if (p == c->rank)
+			continue;
+		fail_if(ss_fabric_read(c->f, p, c->r[R_LOCAL], 0, R_READONLY, 0,
+				       4096, 77),
+			"read from %d", p);
+		if (wait_op(c, 77, SS_OP_READ))
+			return 1;
+		fail_if(mismatch(local, 4096, p, 0) >= 0, "data of %d", p);
+	}
+	/* Nobody leaves before everyone has read: a last round of marks. */
+	for (int p = 0; p < c->world; p++)
+		if (p != c->rank && signal_peer(c, p, FINAL_MARK))
+			return 1;
+	while (c->marks < c->world - 1) {
+		struct ss_completion comp;
+		int n = ss_fabric_poll(c->f, &comp, 1, 20000);
+
+		fail_if(n != 1 || comp.op != SS_OP_RECV_IMM ||
+				comp.imm != FINAL_MARK,
+			"last round: poll %d, %s imm %u", n,
+			ss_op_name(comp.op), comp.imm);
+		c->marks++;
+	}
+	return 0;
+}
+
+Test(fabric, three_ranks_every_pair, .timeout = 240)
+{
+	struct job job = { .world = 3, .body = body_all_pairs };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
+Test(fabric, four_ranks_every_pair, .timeout = 240)
+{
+	struct job job = { .world = 4, .body = body_all_pairs };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* ---- rights ------------------------------------------------------------- */
+
+/* Rank 0 tries @op on region @index of rank 1 and expects a refusal. */
+static int refused(struct rank_ctx *c, enum ss_op op, int index)
+{
+	struct ss_completion comp;
+	int rc;
+
+	if (c->rank == 1) {
+		/* Wait until rank 0 is done or our connection dies. */
+		for (int i = 0; i < 2000 && ss_fabric_peer_ok(c->f, 0); i++)
+			if (ss_fabric_poll(c->f, &comp, 1, 10) == 1)
+				break;
+		return 0;
+	}
+	rc = op == SS_OP_READ ? ss_fabric_read(c->f, 1, c->r[R_LOCAL], 0, index,
+					       0, 64, 5) :
+				ss_fabric_write(c->f, 1, c->r[R_LOCAL], 0,
+						index, 0, 64, 5);
+	fail_if(rc != 0, "post: %s", ss_strerror(rc));
+	if (wait_one(c, &comp))
+		return 1;
+	fail_if(comp.wr_id != 5 || comp.status != SS_EREMOTE,
+		"%s into region %d completed with '%s', want a remote access error",
+		ss_op_name(comp.op), index, ss_strerror(comp.status));
+	/* shm keeps the connection; tell rank 1 we are done. */
+	if (ss_fabric_peer_ok(c->f, 1))
+		return signal_peer(c, 1, 3);
+	return 0;
+}
+
+static int body_write_readonly(struct rank_ctx *c, struct job *job)
+{
+	(void)job;
+	return refused(c, SS_OP_WRITE, R_READONLY);
+}
+
+static int body_read_inbox(struct rank_ctx *c, struct job *job)
+{
+	(void)job;
+	return refused(c, SS_OP_READ, R_INBOX);
+}
+
+Test(fabric, write_into_read_only_region_is_a_remote_access_error,
+     .timeout = 120)
+{
+	struct job job = { .world = 2, .body = body_write_readonly };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
+Test(fabric, read_from_write_only_inbox_is_a_remote_access_error,
+     .timeout = 120)
+{
+	struct job job = { .world = 2, .body = body_read_inbox };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* ---- handshake ---------------------------------------------------------- */
+
+#define EXIT_TIMED_OUT 3
+
+static int expect_mismatch(struct rank_ctx *c, int rc)
+{
+	const char *why = ss_last_error()->why;
+
+	fprintf(stderr, "rank %d: connect: %s: %s\n", c->rank,
+		ss_last_error()->what, why);
+	if (rc == -ETIMEDOUT && !strstr(why, "differs"))
+		return EXIT_TIMED_OUT; /* the other side saw it first */
+	fail_if(rc != SS_EHANDSHAKE && rc != -ETIMEDOUT, "connect: %s",
+		ss_strerror(rc));
+	fail_if(!strstr(why, "differs"),
+		"reason '%s' does not say what differs", why);
+	return 0;
+}
+
+/* Both sides stop; at least one of them says what differed. */
+static void assert_refused(struct job *job)
+{
+	int exits[2] = { -1, -1 };
+
+	run_job_status(job, exits);
+	cr_assert((exits[0] == 0 || exits[0] == EXIT_TIMED_OUT) &&
+			  (exits[1] == 0 || exits[1] == EXIT_TIMED_OUT),
+		  "exit statuses %d and %d", exits[0], exits[1]);
+	cr_assert(exits[0] == 0 || exits[1] == 0,
+		  "neither rank said what differed");
+}
+
+static int body_never(struct rank_ctx *c, struct job *job)
+{
+	(void)job;
+	fail_if(true, "connected despite the mismatch");
+}
+
+Test(fabric, mismatched_job_key_is_refused, .timeout = 120)
+{
+	struct job job = { .world = 2,
+			   .body = body_never,
+			   .on_connect_error = expect_mismatch,
+			   .timeout_ms = 4000 };
+
+	skip_without_device();
+	job.job_key[1] = 0xbad;
+	assert_refused(&job);
+}
+
+Test(fabric, mismatched_layout_is_refused, .timeout = 120)
+{
+	struct job job = { .world = 2,
+			   .body = body_never,
+			   .on_connect_error = expect_mismatch,
+			   .timeout_ms = 4000 };
+
+	skip_without_device();
+	job.layout_hash[0] = 7;
+	assert_refused(&job);
+}
+
+static int expect_timeout(struct rank_ctx *c, int rc)
+{
+	fail_if(rc != -ETIMEDOUT, "connect: %s", ss_strerror(rc));
+	fail_if(!strstr(ss_last_error()->what, ":"),
+		"detail does not name the missing peer: %s",
+		ss_last_error()->what);
+	return 0;
+}
+
+static int expect_timeout_body(struct rank_ctx *c, struct job *job)
+{
+	(void)job;
+	fail_if(true, "connected to a peer that does not exist");
+}
+
+Test(fabric, missing_peer_times_out_naming_it, .timeout = 120)
+{
+	/* Rank 1 of a world of two, alone: its peer never comes. */
+	struct job job = { .world = 2,
+			   .body = expect_timeout_body,
+			   .on_connect_error = expect_timeout,
+			   .timeout_ms = 2000 };
+	uint64_t start = ss_now_ns();
+
+	skip_without_device();
+	cr_assert_eq(run_rank(&job, 1, 20000 + (int)(getpid() % 2000) * 8, 1),
+		     0);
+	cr_assert_lt(ss_now_ns() - start, 30000000000ull,
+		     "the 2 s timeout took more than 30 s");
+}
+
+/* ---- a peer that dies --------------------------------------------------- */
+
+static int body_killed(struct rank_ctx *c, struct job *job)
+{
+	struct ss_completion comp;
+	uint64_t deadline;
+	uint32_t imm;
+
+	(void)job;
+	if (c->rank == 1) {
+		if (signal_peer(c, 0, 0))
+			return 1;
+		raise(SIGKILL); /* no goodbye */
+	}
+	if (wait_imm(c, 1, &imm))
+		return 1;
+	/* Keep reading from the dead peer: it must fail, not hang. */
+	deadline = ss_deadline_ns(60000);
+	for (uint64_t i = 0;; i++) {
+		int rc = ss_fabric_read(c->f, 1, c->r[R_LOCAL], 0, R_SHARED, 0,
+					4096, i);
+		int n;
+
+		if (rc == SS_EPEER)
+			break; /* noticed while posting */
+		fail_if(rc != 0, "read: %s", ss_strerror(rc));
+		n = ss_fabric_poll(c->f, &comp, 1, 20000);
+		if (n == -ETIMEDOUT || (n == 1 && comp.status != 0))
+			break; /* timed out, or an error completion */
+		fail_if(n != 1, "poll: %s", ss_strerror(n));
+		fail_if(ss_deadline_passed(deadline),
+			"the dead peer was not noticed in 60 s");
+	}
+	fprintf(stderr, "rank 0 noticed the dead peer: %s: %s\n",
+		ss_last_error()->what, ss_last_error()->why);
+	return 0;
+}
+
+Test(fabric, killed_peer_gives_an_error_not_a_hang, .timeout = 180)
+{
+	struct job job = { .world = 2, .body = body_killed };
+	int failed;
+
+	skip_without_device();
+	failed = run_job(&job);
+	/* rank 1 died of SIGKILL on purpose; rank 0 must have succeeded */
+	cr_assert_eq(failed, 1, "%d ranks failed", failed);
+}
+
+/* ---- options and limits ------------------------------------------------- */
+
+Test(fabric, bad_options_are_refused)
+{
+	const char *addrs[] = { "127.0.0.1:1", "nocolon" };
+	struct ss_fabric_options o;
+	struct ss_fabric *f = (void *)1;
+	enum ss_transport t;
+
+	ss_fabric_options_init(&o);
+	o.transport = SS_TRANSPORT_SHM;
+	o.world = 0;
+	cr_assert_eq(ss_fabric_open(&f, &o), SS_EUSAGE);
+	cr_assert_null(f);
+	o.world = 2;
+	o.rank = 2;
+	o.addrs = addrs;
+	cr_assert_eq(ss_fabric_open(&f, &o), SS_EUSAGE);
+	o.rank = 0;
+	cr_assert_eq(ss_fabric_open(&f, &o), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "rank 1 'nocolon'"), "%s",
+		  ss_last_error()->what);
+	cr_assert_eq(ss_transport_parse("--transport", "ib", &t), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->hint, "auto, verbs, shm"));
+	cr_assert_eq(ss_transport_parse("--transport", "verbs", &t), 0);
+	cr_assert_eq(t, SS_TRANSPORT_VERBS);
+}
+
+/* Drop CAP_IPC_LOCK, which lets root pin memory past the limit. */
+static void drop_ipc_lock(void)
+{
+	struct __user_cap_header_struct h = { _LINUX_CAPABILITY_VERSION_3, 0 };
+	struct __user_cap_data_struct d[2];
+
+	cr_assert_eq(syscall(SYS_capget, &h, d), 0);
+	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+	cr_assert_eq(syscall(SYS_capset, &h, d), 0);
+}
+
+Test(fabric, memlock_limit_too_low_says_how_to_raise_it)
+{
+	const char *host = getenv("SS_RXE_ADDR");
+	char addr[64];
+	const char *addrs[] = { addr };
+	struct rlimit rl = { 256 * 1024, 256 * 1024 };
+	struct ss_fabric_options o;
+	struct ss_fabric *f;
+	struct ss_region *r;
+
+	if (!verbs())
+		cr_skip_test("the memory lock limit applies to verbs only");
+	skip_without_device();
+	snprintf(addr, sizeof(addr), "%s:%d", host ? host : "127.0.0.1",
+		 21000 + getpid() % 1000);
+	ss_fabric_options_init(&o);
+	o.transport = SS_TRANSPORT_VERBS;
+	o.world = 1;
+	o.addrs = addrs;
+	cr_assert_eq(ss_fabric_open(&f, &o), 0, "%s: %s", ss_last_error()->what,
+		     ss_last_error()->why);
+	drop_ipc_lock();
+	cr_assert_eq(setrlimit(RLIMIT_MEMLOCK, &rl), 0);
+	cr_assert_eq(ss_fabric_alloc(f, 4 * MIB, SS_ACCESS_REMOTE_READ, &r),
+		     -ENOMEM);
+	cr_assert(strstr(ss_last_error()->why, "ulimit -l"), "%s",
+		  ss_last_error()->why);
+	cr_assert(strstr(ss_last_error()->hint, "memlock unlimited"), "%s",
+		  ss_last_error()->hint);
+	cr_assert(strstr(ss_last_error()->what, "RLIMIT_MEMLOCK"), "%s",
+		  ss_last_error()->what);
+	ss_fabric_close(&f);
+	cr_assert_null(f);
+}
