@@ -35,6 +35,9 @@ STATIC_LIB := $(O)/lib/libshadowsync.a
 SHARED_LIB := $(O)/lib/libshadowsync.so
 COMMAND := $(O)/bin/shadowsync
 
+# Tests that also run over verbs, inside the soft-RoCE guest.
+VERBS_TESTS := test_fabric
+
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
@@ -111,6 +114,7 @@ check: deps
 test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
 	@$(MAKE) --no-print-directory O=$(O)/asan \
 		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
 		tests

@@ -630,13 +630,15 @@ static int body_killed(struct rank_ctx *c, struct job *job)
 	uint32_t imm;
 
 	(void)job;
+	/* Both sides up before rank 1 dies. */
 	if (c->rank == 1) {
-		if (signal_peer(c, 0, 0))
+		if (wait_imm(c, 0, &imm) || signal_peer(c, 0, 0))
 			return 1;
 		raise(SIGKILL); /* no goodbye */
 	}
-	if (wait_imm(c, 1, &imm))
+	if (signal_peer(c, 1, 0) || wait_imm(c, 1, &imm))
 		return 1;
+	ss_log_debug("rank 0: both up; reading from rank 1 until it fails");
 	/* Keep reading from the dead peer: it must fail, not hang. */
 	deadline = ss_deadline_ns(60000);
 	for (uint64_t i = 0;; i++) {
@@ -648,14 +650,17 @@ static int body_killed(struct rank_ctx *c, struct job *job)
 			break; /* noticed while posting */
 		fail_if(rc != 0, "read: %s", ss_strerror(rc));
 		n = ss_fabric_poll(c->f, &comp, 1, 20000);
+		ss_log_debug("rank 0: read %llu: poll %d, status %d",
+			     (unsigned long long)i, n,
+			     n == 1 ? comp.status : 0);
 		if (n == -ETIMEDOUT || (n == 1 && comp.status != 0))
 			break; /* timed out, or an error completion */
 		fail_if(n != 1, "poll: %s", ss_strerror(n));
 		fail_if(ss_deadline_passed(deadline),
 			"the dead peer was not noticed in 60 s");
 	}
-	fprintf(stderr, "rank 0 noticed the dead peer: %s: %s\n",
-		ss_last_error()->what, ss_last_error()->why);
+	ss_log_warn("rank 0 noticed the dead peer: %s: %s",
+		    ss_last_error()->what, ss_last_error()->why);
 	return 0;
 }
 

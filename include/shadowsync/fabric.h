@@ -132,7 +132,8 @@ int ss_region_index(const struct ss_region *region);
  * ss_fabric_connect() - connect to every peer and exchange handshakes.
  *
  * Lower ranks accept, higher ranks connect and retry until the timeout, so
- * ranks may start in any order.  A peer whose handshake differs (magic,
+ * ranks may start in any order.  It returns once every peer has connected
+ * to this rank too, so that operations may start at once on both sides.  A peer whose handshake differs (magic,
  * version, world size, job key, layout hash, region count) is refused and
  * the detail says what differed.  Returns 0; -ETIMEDOUT naming the peers
  * still missing; SS_EHANDSHAKE; -errno.
@@ -156,8 +157,8 @@ size_t ss_fabric_peer_len(const struct ss_fabric *fabric, int peer, int index);
  * one completion carrying @wr_id.  A WRITE_WITH_IMM also yields, at the
  * peer, a SS_OP_RECV_IMM completion with @imm once all its data is in place.
  *
- * Return 0 when posted; -EINVAL for a range outside either region or a bad
- * peer; SS_EPEER when the peer has failed; -ETIMEDOUT when the send queue
+ * Return 0 when posted; -EINVAL for a range outside either region, a bad
+ * peer, or @imm == SS_IMM_RESERVED; SS_EPEER when the peer has failed; -ETIMEDOUT when the send queue
  * stayed full for the timeout; -errno from posting.  A remote refusal (the
  * region lacks the right) arrives as a completion with SS_EREMOTE.
  */
@@ -167,6 +168,9 @@ int ss_fabric_read(struct ss_fabric *fabric, int peer, struct ss_region *local,
 int ss_fabric_write(struct ss_fabric *fabric, int peer, struct ss_region *local,
 		    size_t local_off, int remote_index, size_t remote_off,
 		    size_t len, uint64_t wr_id);
+/* The one immediate value the fabric keeps for itself. */
+#define SS_IMM_RESERVED 0xffffffffu
+
 int ss_fabric_write_imm(struct ss_fabric *fabric, int peer,
 			struct ss_region *local, size_t local_off,
 			int remote_index, size_t remote_off, size_t len,

@@ -284,8 +284,7 @@ static int ss_verbs_open(struct ss_fabric *f)
 	ss_log_info(
 		"verbs: rank %d at %s on %s, active MTU %d, %u outstanding READs, messages split at %zu bytes",
 		f->opts.rank, f->addrs[f->opts.rank], ss__verbs_where(v),
-		128 << (v->port_attr.active_mtu - 1), v->rd_atom,
-		v->max_message);
+		128 << v->port_attr.active_mtu, v->rd_atom, v->max_message);
 	return 0;
 
 err:
@@ -317,6 +316,34 @@ static void ss_verbs_free_region(struct ss_fabric *f, struct ss_region *r)
 	r->backend = NULL;
 }
 
+void ss__verbs_peer_down(struct ss_fabric *f, int p, const char *why)
+{
+	struct ss_verbs *v = f->backend;
+	struct ibv_qp_attr attr = { .qp_state = IBV_QPS_ERR };
+
+	struct ss_verbs_peer *vp = &v->peers[p];
+
+	ss__peer_fail(f, p, "%s", why);
+	if (vp->qp)
+		ibv_modify_qp(vp->qp, &attr, IBV_QP_STATE);
+	/*
+	 * Complete what is in flight now, with an error, rather than when
+	 * (or if) the device flushes it; its flushes are then ignored.
+	 */
+	for (uint32_t seq = vp->head_seq; seq != vp->next_seq; seq++) {
+		const struct ss_verbs_slot *slot =
+			&vp->slots[seq % SS_VERBS_SQ_DEPTH];
+		struct ss_completion c = { .wr_id = slot->wr_id,
+					   .peer = p,
+					   .op = (enum ss_op)slot->op,
+					   .status = SS_EPEER };
+
+		ss__backlog_push(f, &c);
+	}
+	vp->head_seq = vp->next_seq;
+	vp->sq_used = 0;
+}
+
 /* Read async events: a fatal QP or a port going down fails peers. */
 static void ss_verbs_async_events(struct ss_fabric *f)
 {
@@ -342,8 +369,7 @@ static void ss_verbs_async_events(struct ss_fabric *f)
 				     what, ss__verbs_where(v));
 			for (int p = 0; p < f->opts.world; p++)
 				if (p != f->opts.rank)
-					ss__peer_fail(f, p, "%s on %s", what,
-						      ss__verbs_where(v));
+					ss__verbs_peer_down(f, p, what);
 			break;
 		default:
 			ss_log_info("verbs: async event %s on %s", what,
@@ -404,9 +430,8 @@ static int ss_verbs_op_done(struct ss_fabric *f, const struct ibv_wc *wc,
 			ss_op_name(out->op), p, f->peers[p].addr,
 			ibv_wc_status_str(wc->status), wc->status,
 			wc->vendor_err, wc->qp_num, ss__verbs_where(v));
-	ss__peer_fail(f, p, "%s completed with %s", ss_op_name(out->op),
-		      ibv_wc_status_str(wc->status));
-	vp->sq_used = 0; /* the queue pair is in error: all is flushed */
+	/* The queue pair is in error: the operations after it fail too. */
+	ss__verbs_peer_down(f, p, ibv_wc_status_str(wc->status));
 	return 1;
 }
 
@@ -431,11 +456,18 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 
 			if (wc[i].wr_id & SS_WR_RECV) {
 				if (wc[i].status != IBV_WC_SUCCESS) {
-					ss__peer_fail(
-						f, p,
-						"receive completed with %s",
-						ibv_wc_status_str(
-							wc[i].status));
+					if (!f->peers[p].failed)
+						ss__verbs_peer_down(
+							f, p,
+							ibv_wc_status_str(
+								wc[i].status));
+					continue;
+				}
+				if (be32toh(wc[i].imm_data) ==
+				    SS_IMM_RESERVED) {
+					/* the peer has finished connecting */
+					v->peers[p].ready_seen = true;
+					ss_verbs_repost_recv(v, p);
 					continue;
 				}
 				out[n].wr_id = 0;
@@ -446,16 +478,20 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 				n++;
 				ss_verbs_repost_recv(v, p);
 			} else if (wc[i].wr_id & SS_WR_TABLE) {
-				/* the read of a peer's descriptor table */
+				/* connecting: seq 0 reads the peer's table,
+				 * seq 1 tells it we are ready */
+				bool ok = wc[i].status == IBV_WC_SUCCESS;
+
 				v->peers[p].sq_used--;
-				if (wc[i].status == IBV_WC_SUCCESS)
+				if (ok && SS_WR_SEQ(wc[i].wr_id) == 0)
 					v->peers[p].table_read = true;
+				else if (ok)
+					v->peers[p].ready_sent = true;
 				else
-					ss__peer_fail(
-						f, p,
-						"reading its region table: %s",
-						ibv_wc_status_str(
-							wc[i].status));
+					ss__peer_fail(f, p,
+						      "while connecting: %s",
+						      ibv_wc_status_str(
+							      wc[i].status));
 			} else {
 				n += ss_verbs_op_done(f, &wc[i], &out[n]);
 			}
@@ -501,16 +537,25 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 	size_t chunk = v->max_message;
 	uint32_t n_wrs =
 		op->len ? (uint32_t)((op->len + chunk - 1) / chunk) : 1;
-	uint32_t seq = vp->next_seq++;
-	uint64_t wr_id = ((uint64_t)op->peer << 32) | seq;
-	struct ss_verbs_slot *slot = &vp->slots[seq % SS_VERBS_SQ_DEPTH];
 	struct ibv_send_wr wrs[SS_VERBS_SIGNAL_EVERY], *bad;
 	struct ibv_sge sges[SS_VERBS_SIGNAL_EVERY];
-	uint32_t k = 0;
+	struct ss_verbs_slot *slot;
+	uint64_t wr_id;
+	uint32_t seq, k = 0;
 	int rc;
 
 	if (vp->state != SS_VP_UP || !vp->qp)
 		return ss__peer_fail(f, op->peer, "not connected");
+	/*
+	 * Room first: the slot of a new operation is the one of the
+	 * operation SQ_DEPTH before it, which must have completed.
+	 */
+	rc = ss_verbs_wait_room(f, op->peer, 1);
+	if (rc < 0)
+		return rc;
+	seq = vp->next_seq++;
+	wr_id = ((uint64_t)op->peer << 32) | seq;
+	slot = &vp->slots[seq % SS_VERBS_SQ_DEPTH];
 	slot->wr_id = op->wr_id;
 	slot->op = (uint8_t)op->op;
 	/* The final signaled WR frees the WRs since the last signaled one. */

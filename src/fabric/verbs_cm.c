@@ -30,7 +30,7 @@ static __thread char ss_cm_refusal[256];
 
 static int ss_mtu_bytes(unsigned mtu)
 {
-	return mtu ? 128 << (mtu - 1) : 0;
+	return mtu ? 128 << mtu : 0;
 }
 
 int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
@@ -455,7 +455,7 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
 		if (v->peers[p].state == SS_VP_UP) {
-			ss__peer_fail(f, p, "%s", rdma_event_str(type));
+			ss__verbs_peer_down(f, p, rdma_event_str(type));
 		} else {
 			ss_log_debug(
 				"verbs: peer %d (%s): %s (status %d); retrying",
@@ -467,7 +467,7 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 	case RDMA_CM_EVENT_DISCONNECTED:
 		if (v->peers[p].state == SS_VP_UP &&
 		    !v->peers[p].disconnect_sent)
-			ss__peer_fail(f, p, "it disconnected");
+			ss__verbs_peer_down(f, p, "it disconnected");
 		if (!v->peers[p].disconnect_sent) {
 			rdma_disconnect(id); /* so that its teardown ends */
 			v->peers[p].disconnect_sent = true;
@@ -475,7 +475,7 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 		v->peers[p].state = SS_VP_DOWN;
 		break;
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
-		ss__peer_fail(f, p, "the device %s was removed", v->dev_name);
+		ss__verbs_peer_down(f, p, "the device was removed");
 		break;
 	default:
 		break;
@@ -491,12 +491,10 @@ void ss__verbs_cm_events(struct ss_fabric *f)
 		ss_cm_event(f, ev);
 }
 
-/* Post the READs of every peer's region table and wait for them. */
-static int ss_read_tables(struct ss_fabric *f, uint64_t deadline)
+/* Post one internal operation to every peer: a table READ or "ready". */
+static int ss_post_internal(struct ss_fabric *f, bool ready)
 {
 	struct ss_verbs *v = f->backend;
-	struct ss_completion c[16];
-	bool done;
 
 	for (int p = 0; p < f->opts.world; p++) {
 		struct ss_verbs_peer *vp = &v->peers[p];
@@ -505,32 +503,54 @@ static int ss_read_tables(struct ss_fabric *f, uint64_t deadline)
 			.length = sizeof(struct ss__table),
 			.lkey = v->peer_tables_mr->lkey
 		};
-		struct ibv_send_wr wr = { .wr_id = SS_WR_TABLE |
-						   ((uint64_t)p << 32),
-					  .sg_list = &sge,
-					  .num_sge = 1,
-					  .opcode = IBV_WR_RDMA_READ,
-					  .send_flags = IBV_SEND_SIGNALED },
-				   *bad;
+		struct ibv_send_wr
+			wr = { .wr_id = SS_WR_TABLE | (uint64_t)ready |
+					((uint64_t)p << 32),
+			       .sg_list = &sge,
+			       .num_sge = ready ? 0 : 1,
+			       .opcode = ready ? IBV_WR_RDMA_WRITE_WITH_IMM :
+						 IBV_WR_RDMA_READ,
+			       .send_flags = IBV_SEND_SIGNALED },
+			*bad;
 
 		if (p == f->opts.rank)
 			continue;
 		wr.wr.rdma.remote_addr = vp->hello.table_addr;
 		wr.wr.rdma.rkey = vp->hello.table_rkey;
+		wr.imm_data = htobe32(SS_IMM_RESERVED);
 		if (ibv_post_send(vp->qp, &wr, &bad))
 			return ss_error_set(
 				-errno, NULL, NULL,
-				"posting the read of peer %d's region table on %s",
-				p, ss__verbs_where(v));
+				"posting to peer %d on %s while connecting", p,
+				ss__verbs_where(v));
 		vp->sq_used++;
 	}
-	do {
+	return 0;
+}
+
+/*
+ * Read every peer's region table, then tell each we are ready and wait
+ * until each has told us: only then may operations start on both sides.
+ */
+static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_completion c[16];
+	bool ready_posted = false, done;
+	int rc = ss_post_internal(f, false);
+
+	if (rc < 0)
+		return rc;
+	for (;;) {
 		int n = ss__verbs_drain(f, c, 16);
 
 		for (int i = 0; i < n; i++)
 			ss__backlog_push(f, &c[i]);
+		ss__verbs_cm_events(f);
 		done = true;
 		for (int p = 0; p < f->opts.world; p++) {
+			struct ss_verbs_peer *vp = &v->peers[p];
+
 			if (p == f->opts.rank)
 				continue;
 			if (f->peers[p].failed)
@@ -538,22 +558,33 @@ static int ss_read_tables(struct ss_fabric *f, uint64_t deadline)
 					SS_EPEER, "it failed while connecting",
 					NULL, "peer %d (%s)", p,
 					f->peers[p].addr);
-			done &= v->peers[p].table_read;
+			done &= vp->table_read &&
+				(!ready_posted ||
+				 (vp->ready_sent && vp->ready_seen));
 		}
-		if (done)
+		if (done && ready_posted)
 			break;
+		if (done) {
+			for (int p = 0; p < f->opts.world; p++)
+				if (p != f->opts.rank &&
+				    ss__table_read(&v->peer_tables[p],
+						   &f->peers[p]) < 0)
+					return ss_error_set(
+						SS_EHANDSHAKE,
+						"its region table is corrupt",
+						NULL, "peer %d (%s)", p,
+						f->peers[p].addr);
+			rc = ss_post_internal(f, true);
+			if (rc < 0)
+				return rc;
+			ready_posted = true;
+		}
 		if (ss_deadline_passed(deadline))
-			return ss_error_set(-ETIMEDOUT,
-					    "its region table did not arrive",
-					    NULL, "reading region tables on %s",
-					    ss__verbs_where(v));
-	} while (true);
-	for (int p = 0; p < f->opts.world; p++)
-		if (p != f->opts.rank &&
-		    ss__table_read(&v->peer_tables[p], &f->peers[p]) < 0)
 			return ss_error_set(
-				SS_EHANDSHAKE, "its region table is corrupt",
-				NULL, "peer %d (%s)", p, f->peers[p].addr);
+				-ETIMEDOUT, "a peer did not finish connecting",
+				"see that rank's own messages",
+				"verbs: connecting on %s", ss__verbs_where(v));
+	}
 	return 0;
 }
 
@@ -627,8 +658,15 @@ int ss__verbs_connect(struct ss_fabric *f)
 		ss__verbs_cm_events(f);
 		if (ss_cm_fatal)
 			return ss_cm_fatal;
+		for (int p = 0; p < f->opts.world; p++)
+			if (v->peers[p].state == SS_VP_DOWN)
+				return ss_error_set(
+					SS_EPEER,
+					"it disconnected while connecting",
+					"see that rank's own messages",
+					"peer %d (%s)", p, f->peers[p].addr);
 		if (ss_deadline_passed(deadline))
 			return ss_connect_timeout(f);
 	}
-	return ss_read_tables(f, deadline);
+	return ss_finish_connect(f, deadline);
 }

@@ -15,7 +15,7 @@
 /* wr_id layout: tag in the top bits, then peer, then sequence number. */
 #define SS_WR_RECV (1ull << 63) /* a receive, for an immediate */
 #define SS_WR_PART (1ull << 62) /* a signaled WR inside a long operation */
-#define SS_WR_TABLE (1ull << 61) /* the read of a peer's region table */
+#define SS_WR_TABLE (1ull << 61) /* reading a peer's table, or "ready" */
 #define SS_WR_PEER(id) ((int)(((id) >> 32) & 0x1fffffff))
 #define SS_WR_SEQ(id) ((uint32_t)(id))
 
@@ -48,6 +48,8 @@ struct ss_verbs_peer {
 	uint32_t head_seq; /* the oldest operation not yet completed */
 	struct ss_verbs_slot slots[SS_VERBS_SQ_DEPTH];
 	bool table_read; /* its descriptor table has arrived */
+	bool ready_sent; /* our "connected" immediate has completed */
+	bool ready_seen; /* its "connected" immediate has arrived */
 	bool disconnect_sent;
 };
 
@@ -87,6 +89,9 @@ int ss__verbs_qp_ready(struct ss_fabric *f, int p);
 
 /* ss__verbs_drain() - completions from the CQ; internal ones handled. */
 int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max);
+
+/* ss__verbs_peer_down() - mark @p failed and flush its queue pair. */
+void ss__verbs_peer_down(struct ss_fabric *f, int p, const char *why);
 
 /* ss__verbs_resolve() - "host:port" or "[v6]:port" to an address. */
 int ss__verbs_resolve(const char *text, struct sockaddr_storage *out);
