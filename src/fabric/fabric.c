@@ -12,6 +12,9 @@
 
 #include "fabric_internal.h"
 
+/* How long a wait for completions spins before it starts to sleep. */
+#define SS_POLL_SPIN_NS 2000000u
+
 static const char *const ss_transport_names[] = { "auto", "verbs", "shm",
 						  NULL };
 
@@ -358,7 +361,8 @@ int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
 int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,
 		   unsigned timeout_ms)
 {
-	uint64_t deadline = ss_deadline_ns(timeout_ms), spins = 0;
+	uint64_t start = ss_now_ns(), deadline = start + timeout_ms * 1000000ull;
+	uint64_t now, nap = 20000;
 	int n = 0;
 
 	if (max <= 0)
@@ -376,10 +380,17 @@ int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,
 			return n;
 		if (timeout_ms == 0)
 			return 0;
-		if (ss_deadline_passed(deadline))
+		now = ss_now_ns();
+		if (now >= deadline)
 			return -ETIMEDOUT;
-		/* Spin briefly for latency, then stop burning the core. */
-		if (++spins > 2000)
-			ss_sleep_ns(20000);
+		/*
+		 * Spin for latency, then stop burning the core: sleeps that
+		 * double from 20 us to 1 ms, so a long wait costs little.
+		 */
+		if (now - start > SS_POLL_SPIN_NS) {
+			ss_sleep_ns(nap);
+			if (nap < 1000000)
+				nap *= 2;
+		}
 	}
 }

@@ -621,9 +621,23 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 	return 0;
 }
 
+/*
+ * Completions first; connection and async events cost two system calls,
+ * so they are looked at only when the CQ is empty, at most every 1 ms.
+ */
 static int ss_verbs_poll(struct ss_fabric *f, struct ss_completion *out,
 			 int max)
 {
+	struct ss_verbs *v = f->backend;
+	int n = ss__verbs_drain(f, out, max);
+	uint64_t now;
+
+	if (n > 0)
+		return n;
+	now = ss_now_ns();
+	if (now < v->next_events_ns)
+		return 0;
+	v->next_events_ns = now + 1000000;
 	ss__verbs_cm_events(f);
 	ss_verbs_async_events(f);
 	return ss__verbs_drain(f, out, max);
