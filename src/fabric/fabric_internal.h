@@ -58,6 +58,8 @@ struct ss__fabric_ops {
 	/* Collect ready completions without waiting; returns how many. */
 	int (*poll)(struct ss_fabric *fabric, struct ss_completion *out,
 		    int max);
+	/* The slow part of waiting: notice failed peers (events, liveness). */
+	void (*progress)(struct ss_fabric *fabric);
 	void (*close)(struct ss_fabric *fabric);
 };
 
@@ -79,6 +81,7 @@ struct ss_fabric {
 	/* Completions produced while not polling, returned by the next poll. */
 	struct ss_completion *backlog;
 	int backlog_head, backlog_count, backlog_cap;
+	unsigned empty_polls; /* non-waiting polls that found nothing */
 };
 
 /* ss__backlog_push() - queue a completion for the next ss_fabric_poll(). */

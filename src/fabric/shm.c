@@ -447,14 +447,22 @@ static int ss_shm_poll(struct ss_fabric *f, struct ss_completion *out, int max)
 		atomic_store_explicit(&ring->head, head, memory_order_release);
 	}
 	s->next_peer = (s->next_peer + 1) % world;
-	if (ss_now_ns() >= s->next_liveness_ns) {
-		for (int p = 0; p < world; p++)
-			if (p != f->opts.rank && f->peers[p].connected &&
-			    !f->peers[p].failed)
-				ss_shm_check_peer(f, p);
-		s->next_liveness_ns = ss_now_ns() + SS_SHM_LIVENESS_NS;
-	}
 	return n;
+}
+
+/* Look for peers that closed or died, at most every 100 ms. */
+static void ss_shm_progress(struct ss_fabric *f)
+{
+	struct ss_shm *s = f->backend;
+	uint64_t now = ss_now_ns();
+
+	if (now < s->next_liveness_ns)
+		return;
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && f->peers[p].connected &&
+		    !f->peers[p].failed)
+			ss_shm_check_peer(f, p);
+	s->next_liveness_ns = now + SS_SHM_LIVENESS_NS;
 }
 
 static void ss_shm_close(struct ss_fabric *f)
@@ -493,5 +501,6 @@ const struct ss__fabric_ops ss__shm_ops = {
 	.connect = ss_shm_connect,
 	.post = ss_shm_post,
 	.poll = ss_shm_poll,
+	.progress = ss_shm_progress,
 	.close = ss_shm_close,
 };

@@ -504,7 +504,7 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 static int ss_verbs_wait_room(struct ss_fabric *f, int p, uint32_t need)
 {
 	struct ss_verbs *v = f->backend;
-	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	uint64_t deadline = 0; /* read the clock only when we must wait */
 	struct ss_completion c[16];
 
 	while (v->peers[p].sq_used + need > SS_VERBS_SQ_DEPTH) {
@@ -517,6 +517,8 @@ static int ss_verbs_wait_room(struct ss_fabric *f, int p, uint32_t need)
 			return ss_error_set(SS_EPEER, "the peer has failed",
 					    NULL, "peer %d (%s)", p,
 					    f->peers[p].addr);
+		if (!deadline)
+			deadline = ss_deadline_ns(f->opts.timeout_ms);
 		if (n == 0 && ss_deadline_passed(deadline))
 			return ss_error_set(
 				-ETIMEDOUT, "the send queue stayed full",
@@ -621,26 +623,17 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 	return 0;
 }
 
-/*
- * Completions first; connection and async events cost two system calls,
- * so they are looked at only when the CQ is empty, at most every 1 ms.
- */
 static int ss_verbs_poll(struct ss_fabric *f, struct ss_completion *out,
 			 int max)
 {
-	struct ss_verbs *v = f->backend;
-	int n = ss__verbs_drain(f, out, max);
-	uint64_t now;
+	return ss__verbs_drain(f, out, max);
+}
 
-	if (n > 0)
-		return n;
-	now = ss_now_ns();
-	if (now < v->next_events_ns)
-		return 0;
-	v->next_events_ns = now + 1000000;
+/* Connection and async events cost two system calls: not on every poll. */
+static void ss_verbs_progress(struct ss_fabric *f)
+{
 	ss__verbs_cm_events(f);
 	ss_verbs_async_events(f);
-	return ss__verbs_drain(f, out, max);
 }
 
 static void ss_verbs_close(struct ss_fabric *f)
@@ -704,5 +697,6 @@ const struct ss__fabric_ops ss__verbs_ops = {
 	.connect = ss__verbs_connect,
 	.post = ss_verbs_post,
 	.poll = ss_verbs_poll,
+	.progress = ss_verbs_progress,
 	.close = ss_verbs_close,
 };

@@ -68,7 +68,6 @@ struct ss_verbs {
 	size_t max_message; /* split operations above this */
 	uint8_t rd_atom; /* ours: min of responder and initiator limits */
 	size_t registered; /* bytes registered, against RLIMIT_MEMLOCK */
-	uint64_t next_events_ns; /* when poll next reads CM and async events */
 	struct ss__table *table; /* ours, remote-READ */
 	struct ibv_mr *table_mr;
 	struct ss__table *peer_tables; /* where peers' tables are read to */
