@@ -1,0 +1,167 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * ShadowSync sync layer: keeps the replicas of a flat float array close
+ * across ranks, in the background (the shadow thread) or in the foreground
+ * (trainers stop every k iterations), with one of four algorithms:
+ *
+ *  - S-MA: exact average, decentralized and bandwidth-optimal (each rank
+ *    owns a shard: reduce-scatter then all-gather by one-sided writes);
+ *  - S-EASGD: elastic averaging with the center sharded across owners;
+ *  - S-BMUF: block momentum on top of the S-MA average;
+ *  - gossip: each round reads one peer's replica and moves toward it.
+ *
+ * Every algorithm applies its result as `w += target - snapshot`, so what
+ * the trainers added while the round ran is kept.  It knows nothing about
+ * models.  See docs/algorithms.md for the rules, costs and failure
+ * behaviour.
+ *
+ * Use:
+ *   ss_fabric_open()          the endpoint
+ *   ss_sync_create()          allocates its regions on the fabric
+ *   fill ss_sync_params()     the initial replica
+ *   ss_fabric_connect()
+ *   ss_sync_begin()           barrier; the center and w_g start from here
+ *   ss_shadow_start() ... ss_shadow_stop()   or   ss_sync_foreground()
+ *   ss_sync_destroy(), ss_fabric_close()
+ */
+#ifndef SHADOWSYNC_SYNC_H
+#define SHADOWSYNC_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/fabric.h"
+#include "shadowsync/topo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ss_sync_algo {
+	SS_SYNC_NONE,
+	SS_SYNC_MA,
+	SS_SYNC_EASGD,
+	SS_SYNC_BMUF,
+	SS_SYNC_GOSSIP,
+};
+
+struct ss_sync_options {
+	enum ss_sync_algo algo;
+	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
+	double eta; /* S-BMUF block momentum; < 0: 1 - 1/N */
+	double zeta; /* S-BMUF block learning rate; 0: 1 */
+	bool nesterov; /* S-BMUF: Nesterov target w_g + eta D */
+	double beta; /* gossip step toward the peer; 0: 0.5 */
+	bool gossip_random; /* random peers, not the exponential graph */
+	uint64_t seed; /* for random gossip */
+	unsigned round_timeout_ms; /* a round gives up on a peer; 0: 5000 */
+	double max_rounds_per_s; /* shadow thread cap; 0: none */
+	double max_bytes_per_s; /* shadow thread cap on bytes sent; 0: none */
+};
+
+/* ss_sync_options_init() - the defaults above, for @algo. */
+void ss_sync_options_init(struct ss_sync_options *opts, enum ss_sync_algo algo);
+
+/* ss_sync_algo_parse() - "ma", "easgd", "bmuf", "gossip" or "none". */
+int ss_sync_algo_parse(const char *option, const char *text,
+		       enum ss_sync_algo *algo);
+
+/* ss_sync_algo_name() - the name ss_sync_algo_parse() accepts. */
+const char *ss_sync_algo_name(enum ss_sync_algo algo);
+
+struct ss_sync;
+
+/*
+ * ss_sync_create() - the replica of @n floats and the buffers the
+ * algorithms need, allocated on @fabric (which must not be connected yet).
+ * Parameters are remote-READ only, the inboxes remote-WRITE only.
+ *
+ * Returns 0; -EINVAL for n == 0 or a connected fabric; -ENOMEM; what
+ * ss_fabric_alloc() returns.
+ */
+int ss_sync_create(struct ss_sync **sync, struct ss_fabric *fabric, size_t n,
+		   const struct ss_sync_options *opts);
+
+/* ss_sync_destroy() - stop the shadow thread if running; clear the pointer. */
+void ss_sync_destroy(struct ss_sync **sync);
+
+/* ss_sync_params() - the replica: n floats, 64-byte aligned, trainers' to write. */
+float *ss_sync_params(struct ss_sync *sync);
+
+/* ss_sync_len() - n. */
+size_t ss_sync_len(const struct ss_sync *sync);
+
+/*
+ * ss_sync_begin() - after connecting and filling the replica: wait until
+ * every rank is here (at most the round timeout), then start the S-EASGD
+ * center and the S-BMUF global model from the replica.
+ */
+int ss_sync_begin(struct ss_sync *sync);
+
+/*
+ * ss_sync_round() - run one round of the algorithm now, in the calling
+ * thread.  Peers that do not answer within the round timeout are left out
+ * and reported once.  Returns 0, or -errno / SS_E* when the round could not
+ * run at all.
+ */
+int ss_sync_round(struct ss_sync *sync);
+
+/*
+ * ss_sync_barrier() - wait until every live rank has called it, at most the
+ * round timeout.  Returns 0 or -ETIMEDOUT (the detail names who is late).
+ */
+int ss_sync_barrier(struct ss_sync *sync);
+
+/*
+ * ss_shadow_start() - start the shadow thread, pinned to @slot when it is
+ * not NULL (and @topo is this machine's).  It runs rounds for as long as it
+ * runs, as often as it can within the caps of the options.
+ */
+int ss_shadow_start(struct ss_sync *sync, struct ss_topo *topo,
+		    const struct ss_plan_slot *slot);
+
+/* ss_shadow_stop() - stop and join it; returns the first error it met. */
+int ss_shadow_stop(struct ss_sync *sync);
+
+/*
+ * ss_sync_set_trainers() - how many trainer threads call
+ * ss_sync_foreground(); before the first call.
+ */
+int ss_sync_set_trainers(struct ss_sync *sync, int trainers);
+
+/*
+ * ss_sync_foreground() - the foreground baseline: every trainer calls it
+ * every k iterations; all wait at a barrier while one of them runs the same
+ * round as the shadow thread would.  Returns the round's status.
+ */
+int ss_sync_foreground(struct ss_sync *sync);
+
+/*
+ * ss_sync_add_iterations() - trainers report iterations done, for the sync
+ * gap.  Thread-safe and cheap (one relaxed atomic add).
+ */
+void ss_sync_add_iterations(struct ss_sync *sync, uint64_t iterations);
+
+struct ss_sync_stats {
+	uint64_t rounds; /* rounds applied */
+	double rounds_per_s; /* since ss_sync_begin */
+	uint64_t bytes_sent; /* by this rank, all peers */
+	double bytes_per_peer_per_round;
+	double round_p50_us, round_p99_us; /* round latency */
+	double sync_gap; /* trainer iterations between applied rounds, mean */
+	double divergence; /* ||w - consensus|| / ||consensus||, last round */
+	uint64_t peers_left_out; /* peer-rounds a peer was left out */
+	uint64_t iterations; /* as reported by the trainers */
+};
+
+/* ss_sync_get_stats() - a consistent snapshot; callable while running. */
+void ss_sync_get_stats(struct ss_sync *sync, struct ss_sync_stats *stats);
+
+/* ss_sync_print_stats() - one line per figure, for the end of a run. */
+void ss_sync_print_stats(struct ss_sync *sync, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_SYNC_H */

@@ -1,0 +1,472 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The sync layer's common part: the replica's regions, messages between
+ * ranks, barriers, rounds and their statistics, and the foreground mode.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sync_internal.h"
+
+static const char *const ss_algo_names[] = { "none", "ma", "easgd", "bmuf",
+					     "gossip", NULL };
+
+void ss_sync_options_init(struct ss_sync_options *o, enum ss_sync_algo algo)
+{
+	memset(o, 0, sizeof(*o));
+	o->algo = algo;
+	o->eta = -1;
+}
+
+int ss_sync_algo_parse(const char *option, const char *text,
+		       enum ss_sync_algo *algo)
+{
+	int i;
+	int rc = ss_parse_choice(option, text, ss_algo_names, &i);
+
+	if (rc == 0)
+		*algo = (enum ss_sync_algo)i;
+	return rc;
+}
+
+const char *ss_sync_algo_name(enum ss_sync_algo algo)
+{
+	return ss_algo_names[algo];
+}
+
+/* Fill in the defaults that depend on the number of ranks. */
+static void ss_sync_defaults(struct ss_sync *s)
+{
+	struct ss_sync_options *o = &s->opts;
+
+	if (o->alpha <= 0)
+		o->alpha = 0.5 / s->world;
+	if (o->eta < 0)
+		o->eta = 1.0 - 1.0 / s->world;
+	if (o->zeta <= 0)
+		o->zeta = 1.0;
+	if (o->beta <= 0)
+		o->beta = 0.5;
+	if (!o->round_timeout_ms)
+		o->round_timeout_ms = 5000;
+	s->gossip_state = o->seed ? o->seed : 0x9e3779b97f4a7c15ull ^
+						     (uint64_t)s->rank;
+}
+
+static int ss_sync_alloc(struct ss_sync *s)
+{
+	static const unsigned access[SS_R_COUNT] = {
+		[SS_R_PARAMS] = SS_ACCESS_REMOTE_READ,
+		[SS_R_INBOX] = SS_ACCESS_REMOTE_WRITE,
+		[SS_R_AVG] = SS_ACCESS_REMOTE_WRITE,
+		[SS_R_CENTER] = SS_ACCESS_REMOTE_READ,
+		[SS_R_SNAP] = SS_ACCESS_LOCAL,
+	};
+	size_t floats[SS_R_COUNT] = {
+		[SS_R_PARAMS] = s->n,
+		[SS_R_INBOX] = 2 * (size_t)s->world * s->shard_max,
+		[SS_R_AVG] = s->n,
+		[SS_R_CENTER] = s->shard_max,
+		[SS_R_SNAP] = s->n,
+	};
+
+	for (int i = 0; i < SS_R_COUNT; i++) {
+		int rc = ss_fabric_alloc(s->fabric, floats[i] * sizeof(float),
+					 access[i], &s->r[i]);
+
+		if (rc < 0)
+			return rc;
+		if (ss_region_index(s->r[i]) != i)
+			return ss_error_set(-EINVAL, "the fabric has other regions",
+					    "create the sync layer first, on a fresh fabric",
+					    "sync region %d", i);
+	}
+	s->w = ss_region_ptr(s->r[SS_R_PARAMS]);
+	s->inbox = ss_region_ptr(s->r[SS_R_INBOX]);
+	s->avg = ss_region_ptr(s->r[SS_R_AVG]);
+	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
+	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
+	return 0;
+}
+
+int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
+		   const struct ss_sync_options *opts)
+{
+	struct ss_sync *s;
+	int rc;
+
+	*out = NULL;
+	if (n == 0)
+		return ss_error_set(-EINVAL, "no parameters", NULL,
+				    "replica of 0 floats");
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return ss_error_set(-ENOMEM, NULL, NULL, "sync");
+	s->fabric = fabric;
+	s->opts = *opts;
+	s->n = n;
+	s->rank = ss_fabric_rank(fabric);
+	s->world = ss_fabric_world(fabric);
+	s->shard_max = (n + (size_t)s->world - 1) / (size_t)s->world;
+	pthread_mutex_init(&s->lock, NULL);
+	ss_sync_defaults(s);
+	for (int k = 0; k < SS_MSG_KINDS; k++) {
+		s->got[k] = calloc((size_t)s->world, 1);
+		s->early[k] = calloc((size_t)s->world, 1);
+		if (!s->got[k] || !s->early[k]) {
+			rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
+			goto err;
+		}
+	}
+	s->reads_ok = calloc((size_t)s->world, sizeof(bool));
+	s->left_out = calloc((size_t)s->world, sizeof(bool));
+	if (!s->reads_ok || !s->left_out) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
+		goto err;
+	}
+	if (opts->algo == SS_SYNC_BMUF) {
+		s->w_g = calloc(n, sizeof(float));
+		s->momentum = calloc(n, sizeof(float));
+		if (!s->w_g || !s->momentum) {
+			rc = ss_error_set(-ENOMEM, NULL, NULL,
+					  "S-BMUF state of %zu floats", n);
+			goto err;
+		}
+	}
+	rc = ss_sync_alloc(s);
+	if (rc < 0)
+		goto err;
+	*out = s;
+	return 0;
+
+err:
+	ss_sync_destroy(&s);
+	return rc;
+}
+
+void ss_sync_destroy(struct ss_sync **sync)
+{
+	struct ss_sync *s;
+
+	if (!sync || !*sync)
+		return;
+	s = *sync;
+	if (s->running)
+		ss_shadow_stop(s);
+	if (s->trainers)
+		pthread_barrier_destroy(&s->fg_barrier);
+	for (int k = 0; k < SS_MSG_KINDS; k++) {
+		free(s->got[k]);
+		free(s->early[k]);
+	}
+	free(s->reads_ok);
+	free(s->left_out);
+	free(s->w_g);
+	free(s->momentum);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+	*sync = NULL;
+}
+
+float *ss_sync_params(struct ss_sync *s)
+{
+	return s->w;
+}
+
+size_t ss_sync_len(const struct ss_sync *s)
+{
+	return s->n;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+void ss__leave_out(struct ss_sync *s, int p, const char *what)
+{
+	pthread_mutex_lock(&s->lock);
+	s->peers_left_out++;
+	pthread_mutex_unlock(&s->lock);
+	if (!s->left_out[p]) {
+		s->left_out[p] = true;
+		ss_log_warn("sync: peer %d left out of round %u: %s (within %u ms)",
+			    p, s->round, what, s->opts.round_timeout_ms);
+	}
+}
+
+static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
+{
+	int kind = SS_IMM_KIND(c->imm);
+	uint32_t round = SS_IMM_ROUND(c->imm);
+	uint32_t now = kind == SS_MSG_BARRIER ? s->barrier_seq : s->round;
+
+	if (kind <= 0 || kind >= SS_MSG_KINDS)
+		return;
+	if (s->left_out[c->peer]) {
+		s->left_out[c->peer] = false;
+		ss_log_info("sync: peer %d answers again", c->peer);
+	}
+	if (round == (now & 0x0fffffffu)) {
+		s->got[kind][c->peer] = 1;
+		if (kind == SS_MSG_EASGD)
+			ss__easgd_apply_delta(s, c->peer, round);
+	} else if (round == ((now + 1) & 0x0fffffffu)) {
+		s->early[kind][c->peer] = 1; /* a peer already a round ahead */
+	}
+	/* anything older belongs to a round that gave up on it */
+}
+
+void ss__pump(struct ss_sync *s, unsigned wait_ms)
+{
+	struct ss_completion c[32];
+	int n = ss_fabric_poll(s->fabric, c, 32, wait_ms);
+
+	for (int i = 0; i < n; i++) {
+		if (c[i].op == SS_OP_RECV_IMM) {
+			ss_sync_message(s, &c[i]);
+			continue;
+		}
+		s->outstanding--;
+		if (c[i].op == SS_OP_READ && c[i].status == 0)
+			s->reads_ok[c[i].peer] = true;
+	}
+}
+
+/* Whether every live peer has sent @kind this round. */
+static bool ss_all_sent(struct ss_sync *s, int kind)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__alive(s, p) && !s->got[kind][p])
+			return false;
+	return true;
+}
+
+int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline)
+{
+	while (!ss_all_sent(s, kind)) {
+		if (ss_deadline_passed(deadline)) {
+			for (int p = 0; p < s->world; p++)
+				if (p != s->rank && ss__alive(s, p) &&
+				    !s->got[kind][p])
+					ss__leave_out(s, p, "no answer");
+			return -ETIMEDOUT;
+		}
+		ss__pump(s, 1);
+	}
+	return 0;
+}
+
+void ss__wait_sends(struct ss_sync *s, uint64_t deadline)
+{
+	while (s->outstanding > 0 && !ss_deadline_passed(deadline))
+		ss__pump(s, 1);
+	if (s->outstanding > 0) {
+		/* The fabric completes them with an error when it gives up. */
+		ss_log_warn("sync: %d operations still in flight after the round timeout",
+			    s->outstanding);
+	}
+}
+
+int ss__send(struct ss_sync *s, int p, int local, size_t local_off,
+	     int remote, size_t remote_off, size_t floats, int kind)
+{
+	int rc = ss_fabric_write_imm(s->fabric, p, s->r[local],
+				     local_off * sizeof(float), remote,
+				     remote_off * sizeof(float),
+				     floats * sizeof(float),
+				     SS_IMM(kind, kind == SS_MSG_BARRIER ?
+							  s->barrier_seq :
+							  s->round),
+				     (uint64_t)p);
+
+	if (rc == 0)
+		s->outstanding++;
+	else
+		ss__leave_out(s, p, ss_strerror(rc));
+	return rc;
+}
+
+/* Start the next round: what came early now counts. */
+static void ss_next(struct ss_sync *s, bool barrier)
+{
+	for (int k = 1; k < SS_MSG_KINDS; k++) {
+		uint8_t *t;
+
+		if ((k == SS_MSG_BARRIER) != barrier)
+			continue;
+		t = s->got[k];
+		s->got[k] = s->early[k];
+		s->early[k] = t;
+		memset(s->early[k], 0, (size_t)s->world);
+	}
+}
+
+int ss_sync_barrier(struct ss_sync *s)
+{
+	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	int rc;
+
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__alive(s, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_BARRIER);
+	rc = ss__wait_msgs(s, SS_MSG_BARRIER, deadline);
+	ss__wait_sends(s, deadline);
+	s->barrier_seq++;
+	ss_next(s, true);
+	if (rc < 0)
+		return ss_error_set(rc, "a peer did not arrive", NULL,
+				    "sync barrier %u of rank %d",
+				    s->barrier_seq - 1, s->rank);
+	return 0;
+}
+
+int ss_sync_begin(struct ss_sync *s)
+{
+	ss__copy(s->center, s->w + ss__shard_off(s, s->rank),
+		 ss__shard_len(s, s->rank));
+	if (s->w_g) {
+		ss__copy(s->w_g, s->w, s->n);
+		memset(s->momentum, 0, s->n * sizeof(float));
+	}
+	s->begin_ns = ss_now_ns();
+	s->last_iterations = atomic_load(&s->iterations);
+	/* After this barrier every rank's center is in place. */
+	return ss_sync_barrier(s);
+}
+
+/* ---- rounds and statistics ---------------------------------------------- */
+
+static void ss_record(struct ss_sync *s, uint64_t start_ns,
+		      const struct ss__round_result *res)
+{
+	uint64_t it = atomic_load_explicit(&s->iterations,
+					   memory_order_relaxed);
+
+	pthread_mutex_lock(&s->lock);
+	s->latencies[s->rounds % SS_LATENCIES] =
+		(double)(ss_now_ns() - start_ns) / 1e3;
+	s->rounds++;
+	s->bytes_sent += res->bytes;
+	s->gap_sum += (double)(it - s->last_iterations);
+	s->last_iterations = it;
+	if (res->norm2 > 0)
+		s->divergence = sqrt(res->diff2 / res->norm2);
+	pthread_mutex_unlock(&s->lock);
+}
+
+int ss_sync_round(struct ss_sync *s)
+{
+	struct ss__round_result res = { 0 };
+	uint64_t start = ss_now_ns();
+	int rc;
+
+	switch (s->opts.algo) {
+	case SS_SYNC_MA:
+	case SS_SYNC_BMUF:
+		rc = ss__round_ma(s, &res);
+		break;
+	case SS_SYNC_EASGD:
+		rc = ss__round_easgd(s, &res);
+		break;
+	case SS_SYNC_GOSSIP:
+		rc = ss__round_gossip(s, &res);
+		break;
+	default:
+		rc = 0;
+		break;
+	}
+	s->round++;
+	ss_next(s, false);
+	if (rc == 0)
+		ss_record(s, start, &res);
+	return rc;
+}
+
+void ss_sync_add_iterations(struct ss_sync *s, uint64_t iterations)
+{
+	atomic_fetch_add_explicit(&s->iterations, iterations,
+				  memory_order_relaxed);
+}
+
+static int ss_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
+{
+	double lat[SS_LATENCIES];
+	size_t k;
+
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&s->lock);
+	st->rounds = s->rounds;
+	st->bytes_sent = s->bytes_sent;
+	st->peers_left_out = s->peers_left_out;
+	st->divergence = s->divergence;
+	st->sync_gap = s->rounds ? s->gap_sum / (double)s->rounds : 0;
+	k = s->rounds < SS_LATENCIES ? s->rounds : SS_LATENCIES;
+	memcpy(lat, s->latencies, k * sizeof(double));
+	if (s->begin_ns && s->rounds)
+		st->rounds_per_s = (double)s->rounds /
+				   ((double)(ss_now_ns() - s->begin_ns) / 1e9);
+	pthread_mutex_unlock(&s->lock);
+	st->iterations = atomic_load(&s->iterations);
+	if (s->world > 1 && st->rounds)
+		st->bytes_per_peer_per_round = (double)st->bytes_sent /
+					       (double)st->rounds /
+					       (s->world - 1);
+	if (k) {
+		qsort(lat, k, sizeof(double), ss_cmp_double);
+		st->round_p50_us = lat[k / 2];
+		st->round_p99_us = lat[(size_t)((double)(k - 1) * 0.99)];
+	}
+}
+
+void ss_sync_print_stats(struct ss_sync *s, FILE *out)
+{
+	struct ss_sync_stats st;
+
+	ss_sync_get_stats(s, &st);
+	fprintf(out,
+		"sync %s: %llu rounds (%.1f/s), round p50 %.0f us, p99 %.0f us, "
+		"%.0f bytes per peer per round, sync gap %.1f iterations, "
+		"divergence %.2e, peers left out %llu\n",
+		ss_sync_algo_name(s->opts.algo), (unsigned long long)st.rounds,
+		st.rounds_per_s, st.round_p50_us, st.round_p99_us,
+		st.bytes_per_peer_per_round, st.sync_gap, st.divergence,
+		(unsigned long long)st.peers_left_out);
+}
+
+/* ---- foreground --------------------------------------------------------- */
+
+int ss_sync_set_trainers(struct ss_sync *s, int trainers)
+{
+	if (trainers < 1 || s->trainers)
+		return ss_error_set(-EINVAL, trainers < 1 ? "must be at least 1" :
+							    "already set",
+				    NULL, "foreground trainers %d", trainers);
+	pthread_barrier_init(&s->fg_barrier, NULL, (unsigned)trainers);
+	s->trainers = trainers;
+	return 0;
+}
+
+int ss_sync_foreground(struct ss_sync *s)
+{
+	int rc;
+
+	if (!s->trainers)
+		return ss_error_set(-EINVAL, "no trainer count",
+				    "call ss_sync_set_trainers first",
+				    "foreground round");
+	/* Everyone stops; one runs the round; everyone goes on. */
+	if (pthread_barrier_wait(&s->fg_barrier) ==
+	    PTHREAD_BARRIER_SERIAL_THREAD)
+		s->fg_rc = ss_sync_round(s);
+	pthread_barrier_wait(&s->fg_barrier);
+	rc = s->fg_rc;
+	return rc;
+}

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/* What the files of the sync layer share; not part of the public API. */
+#ifndef SS_SYNC_INTERNAL_H
+#define SS_SYNC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "shadowsync/sync.h"
+
+/* Regions, in allocation order: the same numbers on every rank. */
+enum {
+	SS_R_PARAMS, /* n floats, remote-READ: the replica */
+	SS_R_INBOX, /* 2 x world x shard floats, remote-WRITE: contributions */
+	SS_R_AVG, /* n floats, remote-WRITE: averages; local scratch */
+	SS_R_CENTER, /* shard floats, remote-READ: S-EASGD center */
+	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here */
+	SS_R_COUNT
+};
+
+/* Messages, in the immediate: kind in the top 4 bits, round below. */
+enum ss_msg {
+	SS_MSG_MA_PART = 1, /* S-MA: my snapshot of your shard */
+	SS_MSG_MA_AVG, /* S-MA: the average of my shard */
+	SS_MSG_EASGD, /* S-EASGD: my delta for your center */
+	SS_MSG_BARRIER,
+	SS_MSG_KINDS
+};
+#define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round) & 0x0fffffffu))
+#define SS_IMM_KIND(imm) ((int)((imm) >> 28))
+#define SS_IMM_ROUND(imm) ((imm) & 0x0fffffffu)
+
+#define SS_LATENCIES 1024 /* round latencies kept for percentiles */
+
+struct ss_sync {
+	struct ss_fabric *fabric;
+	struct ss_sync_options opts;
+	size_t n;
+	int rank, world;
+	size_t shard_max; /* floats in the largest shard */
+	struct ss_region *r[SS_R_COUNT];
+	float *w, *inbox, *avg, *center, *snap;
+	float *w_g, *momentum; /* S-BMUF global model and block momentum */
+
+	/* messages of the current round, and early ones of the next */
+	uint32_t round, barrier_seq;
+	uint8_t *got[SS_MSG_KINDS], *early[SS_MSG_KINDS];
+	int outstanding; /* our operations not yet completed */
+	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
+	bool *left_out; /* reported as left out, until it answers again */
+	uint64_t gossip_state;
+
+	/* the shadow thread */
+	pthread_t thread;
+	bool running;
+	atomic_bool stop;
+	int thread_rc;
+	struct ss_topo *topo;
+	const struct ss_plan_slot *slot;
+
+	/* the foreground barrier */
+	pthread_barrier_t fg_barrier;
+	int trainers;
+	int fg_rc;
+
+	/* statistics, under lock */
+	pthread_mutex_t lock;
+	atomic_uint_fast64_t iterations;
+	uint64_t begin_ns, rounds, bytes_sent, peers_left_out;
+	uint64_t last_iterations;
+	double gap_sum, divergence;
+	double latencies[SS_LATENCIES];
+};
+
+/* Shard @k: floats [ss__shard_off(k), + ss__shard_len(k)). */
+static inline size_t ss__shard_off(const struct ss_sync *s, int k)
+{
+	return s->n * (size_t)k / (size_t)s->world;
+}
+
+static inline size_t ss__shard_len(const struct ss_sync *s, int k)
+{
+	return ss__shard_off(s, k + 1) - ss__shard_off(s, k);
+}
+
+/* Offset in floats of the inbox slot of @sender for rounds of @parity. */
+static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
+			      int sender)
+{
+	return ((size_t)(parity & 1) * (size_t)s->world + (size_t)sender) *
+	       s->shard_max;
+}
+
+static inline bool ss__alive(const struct ss_sync *s, int p)
+{
+	return ss_fabric_peer_ok(s->fabric, p);
+}
+
+/*
+ * ss__pump() - process completions for up to @wait_ms: count our own
+ * operations done, record messages, apply S-EASGD deltas as they come.
+ */
+void ss__pump(struct ss_sync *s, unsigned wait_ms);
+
+/* ss__wait_msgs() - until every live peer sent @kind this round. */
+int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline);
+
+/* ss__wait_sends() - until our operations have completed. */
+void ss__wait_sends(struct ss_sync *s, uint64_t deadline);
+
+/* ss__leave_out() - count a peer missing from this round; report once. */
+void ss__leave_out(struct ss_sync *s, int p, const char *what);
+
+/* ss__post_imm() - WRITE_WITH_IMM from SNAP or AVG to a peer's region. */
+int ss__send(struct ss_sync *s, int p, int local, size_t local_off,
+	     int remote, size_t remote_off, size_t floats, int kind);
+
+/* The rounds of each algorithm; divergence and bytes go to *stats. */
+struct ss__round_result {
+	double diff2, norm2; /* for the divergence estimate */
+	uint64_t bytes;
+};
+int ss__round_ma(struct ss_sync *s, struct ss__round_result *res);
+int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res);
+int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res);
+void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round);
+
+/*
+ * The kernels.  They touch the replica while trainers write it: benign
+ * Hogwild races, annotated in kernels.c.
+ */
+void ss__copy(float *dst, const float *src, size_t n);
+void ss__average(float *out, const float *own, const float *const *others,
+		 int k, size_t n);
+void ss__apply(float *w, const float *target, const float *snap, size_t n);
+void ss__distance(const float *a, const float *b, size_t n, double *diff2,
+		  double *norm2);
+void ss__bmuf(float *w_g, float *momentum, float *avg, size_t n, float eta,
+	      float zeta, bool nesterov);
+void ss__easgd(float *w, const float *c, float *d, size_t n, float alpha);
+void ss__add(float *c, const float *d, size_t n);
+void ss__gossip(float *w, const float *peer, size_t n, float beta);
+
+#endif /* SS_SYNC_INTERNAL_H */
