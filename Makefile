@@ -77,7 +77,10 @@ $(COMMAND): $(CMD_OBJS) $(STATIC_LIB)
 $(O)/obj/tests/%.o: SS_CFLAGS += -DSS_SOURCE_DIR='"$(CURDIR)"' \
 	-DSS_COMMAND='"$(abspath $(COMMAND))"'
 
-$(O)/tests/%: $(O)/obj/tests/%.o $(STATIC_LIB)
+# Helpers that tests share, linked into each.
+TEST_HELPERS := ranks
+
+$(O)/tests/%: $(O)/obj/tests/%.o $(TEST_HELPERS:%=$(O)/obj/tests/%.o) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS) $(TEST_LIBS)
 
@@ -88,7 +91,8 @@ $(O)/obj/tsan/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(SS_CFLAGS) -DSS_TSAN_RUNNER $(CFLAGS) -c $< -o $@
 
-$(O)/tsan/%: $(O)/obj/tsan/%.o $(O)/obj/tsan/tsan_runner.o $(STATIC_LIB)
+$(O)/tsan/%: $(O)/obj/tsan/%.o $(O)/obj/tsan/tsan_runner.o \
+		$(TEST_HELPERS:%=$(O)/obj/tsan/%.o) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
 

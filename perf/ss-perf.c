@@ -212,9 +212,10 @@ static int parse(int argc, char **argv, struct opts *o)
 		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
 				    "'%s'", argv[optind]);
 	if (!o->bind)
-		return ss_error_set(SS_EUSAGE, "no address to listen on",
-				    "give --bind HOST (the RDMA netdev's IP) or set SS_RXE_ADDR",
-				    "--bind");
+		return ss_error_set(
+			SS_EUSAGE, "no address to listen on",
+			"give --bind HOST (the RDMA netdev's IP) or set SS_RXE_ADDR",
+			"--bind");
 	bool lat = o->test == READ_LAT || o->test == WRITE_LAT;
 	if (!o->size)
 		o->size = lat ? 2 : 65536;
@@ -328,17 +329,17 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 		while (more && posted - done < (long)o->tx_depth * o->qps) {
 			struct conn *c = &conns[k];
 			int rc = o->test == READ_BW ?
-					 ss_fabric_read(c->f, c->peer, c->scratch, 0,
-							0, 0, size, 0) :
-					 ss_fabric_write(c->f, c->peer, c->buf, 0, 1,
-							 0, size, 0);
+					 ss_fabric_read(c->f, c->peer,
+							c->scratch, 0, 0, 0,
+							size, 0) :
+					 ss_fabric_write(c->f, c->peer, c->buf,
+							 0, 1, 0, size, 0);
 
 			if (rc < 0)
 				return rc;
 			k = (k + 1) % o->qps;
 			posted++;
-			more = limit < 0 ? now_ns() < deadline :
-					   posted < limit;
+			more = limit < 0 ? now_ns() < deadline : posted < limit;
 		}
 		if (done == posted)
 			break;
@@ -347,9 +348,9 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 
 			for (int i = 0; i < n; i++)
 				if (comp[i].status)
-					return ss_error_set(comp[i].status,
-							    NULL, NULL, "%s",
-							    ss_op_name(comp[i].op));
+					return ss_error_set(
+						comp[i].status, NULL, NULL,
+						"%s", ss_op_name(comp[i].op));
 			if (n < 0)
 				return n;
 			done += n;
@@ -400,13 +401,13 @@ static int run_lat(const struct opts *o, struct conn *c, size_t size,
 		uint64_t t0 = now_ns();
 
 		if (o->test == READ_LAT) {
-			rc = ss_fabric_read(c->f, c->peer, c->scratch, 0, 0, 0, size,
-					    0);
+			rc = ss_fabric_read(c->f, c->peer, c->scratch, 0, 0, 0,
+					    size, 0);
 			if (rc == 0)
 				rc = wait_one(c, &comp);
 		} else {
-			rc = ss_fabric_write_imm(c->f, c->peer, c->buf, 0, 1, 0, size,
-						 (uint32_t)size, 0);
+			rc = ss_fabric_write_imm(c->f, c->peer, c->buf, 0, 1, 0,
+						 size, (uint32_t)size, 0);
 			/* our own completion and the server's answer */
 			for (int got = 0; rc == 0 && got < 2; got++)
 				rc = wait_one(c, &comp);
@@ -526,8 +527,8 @@ static int client(const struct opts *o, struct conn *conns)
 	for (int k = 0; k < o->qps; k++) {
 		struct ss_completion comp;
 
-		if (ss_fabric_write_imm(conns[k].f, conns[k].peer, conns[k].buf, 0, 1, 0, 0,
-					0, 0) == 0)
+		if (ss_fabric_write_imm(conns[k].f, conns[k].peer, conns[k].buf,
+					0, 1, 0, 0, 0, 0) == 0)
 			wait_one(&conns[k], &comp);
 	}
 	return rc;

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ranks.h"
 #include "shadowsync/shadowsync.h"
 
 #define MAX_RANKS 4
@@ -49,16 +50,13 @@ struct job {
 
 static bool verbs(void)
 {
-	const char *t = getenv("SS_TEST_TRANSPORT");
-
-	return t && !strcmp(t, "verbs");
+	return ranks_transport() == SS_TRANSPORT_VERBS;
 }
 
 static void skip_without_device(void)
 {
-	if (verbs() && !ss_fabric_verbs_available())
-		cr_skip_test(
-			"no active RDMA port here (run under tools/rxe-vm)");
+	if (ranks_no_device())
+		cr_skip_test("%s", ranks_no_device());
 }
 
 #define fail_if(cond, ...)                                                     \
@@ -159,7 +157,6 @@ static int run_rank(struct job *job, int rank, int port_base,
 {
 	char addr_buf[MAX_RANKS][64];
 	const char *addrs[MAX_RANKS];
-	const char *host = getenv("SS_RXE_ADDR");
 	struct ss_fabric_options o;
 	static const unsigned access[N_REGIONS] = {
 		SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE,
@@ -168,11 +165,7 @@ static int run_rank(struct job *job, int rank, int port_base,
 	struct rank_ctx ctx = { .rank = rank, .world = job->world }, *c = &ctx;
 	int rc;
 
-	for (int i = 0; i < job->world; i++) {
-		snprintf(addr_buf[i], sizeof(addr_buf[i]), "%s:%d",
-			 host ? host : "127.0.0.1", port_base + i);
-		addrs[i] = addr_buf[i];
-	}
+	ranks_addrs(job->world, port_base, addr_buf, addrs);
 	ss_fabric_options_init(&o);
 	o.transport = verbs() ? SS_TRANSPORT_VERBS : SS_TRANSPORT_SHM;
 	o.rank = rank;
@@ -202,48 +195,27 @@ static int run_rank(struct job *job, int rank, int port_base,
 	return rc;
 }
 
-/*
- * Run @job->world ranks as processes and wait for all, at most 120 s.
- * Returns the number of ranks that failed; their exit statuses (-1 for a
- * signal) go to @status when it is not NULL.
- */
+struct job_run {
+	struct job *job;
+	int port_base;
+	uint64_t key;
+};
+
+static int job_rank(int rank, void *arg)
+{
+	struct job_run *run = arg;
+
+	return run_rank(run->job, rank, run->port_base, run->key);
+}
+
+/* Run the job's ranks as processes, at most 120 s; see ranks_run(). */
 static int run_job_status(struct job *job, int *exits)
 {
-	pid_t pids[MAX_RANKS];
-	int port_base = 20000 + (int)(getpid() % 2000) * 8, failed = 0;
-	uint64_t key = ((uint64_t)getpid() << 32) ^ ss_now_ns();
-	uint64_t deadline = ss_deadline_ns(120000);
+	struct job_run run = { job, ranks_port_base(),
+			       ((uint64_t)getpid() << 32) ^ ss_now_ns() };
+	int failed = ranks_run(job->world, job_rank, &run, 120, exits);
 
-	for (int r = 0; r < job->world; r++) {
-		pids[r] = fork();
-		cr_assert_geq(pids[r], 0);
-		if (pids[r] == 0)
-			_exit(run_rank(job, r, port_base, key));
-	}
-	for (int left = job->world; left > 0;) {
-		int status;
-		pid_t pid = waitpid(-1, &status, WNOHANG);
-
-		if (pid > 0) {
-			left--;
-			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-				failed++;
-			for (int r = 0; r < job->world && exits; r++)
-				if (pids[r] == pid)
-					exits[r] = WIFEXITED(status) ?
-							   WEXITSTATUS(status) :
-							   -1;
-			continue;
-		}
-		if (ss_deadline_passed(deadline)) {
-			for (int r = 0; r < job->world; r++)
-				kill(pids[r], SIGKILL);
-			cr_assert_fail(
-				"ranks still running after 120 s: a hang");
-			return job->world;
-		}
-		ss_sleep_ns(5000000);
-	}
+	cr_assert_leq(failed, job->world);
 	return failed;
 }
 
@@ -615,8 +587,7 @@ Test(fabric, missing_peer_times_out_naming_it, .timeout = 120)
 	uint64_t start = ss_now_ns();
 
 	skip_without_device();
-	cr_assert_eq(run_rank(&job, 1, 20000 + (int)(getpid() % 2000) * 8, 1),
-		     0);
+	cr_assert_eq(run_rank(&job, 1, ranks_port_base(), 1), 0);
 	cr_assert_lt(ss_now_ns() - start, 30000000000ull,
 		     "the 2 s timeout took more than 30 s");
 }
@@ -716,9 +687,8 @@ static void drop_ipc_lock(void)
 
 Test(fabric, memlock_limit_too_low_says_how_to_raise_it)
 {
-	const char *host = getenv("SS_RXE_ADDR");
-	char addr[64];
-	const char *addrs[] = { addr };
+	char addr[1][64];
+	const char *addrs[1];
 	struct rlimit rl = { 256 * 1024, 256 * 1024 };
 	struct ss_fabric_options o;
 	struct ss_fabric *f;
@@ -727,8 +697,7 @@ Test(fabric, memlock_limit_too_low_says_how_to_raise_it)
 	if (!verbs())
 		cr_skip_test("the memory lock limit applies to verbs only");
 	skip_without_device();
-	snprintf(addr, sizeof(addr), "%s:%d", host ? host : "127.0.0.1",
-		 21000 + getpid() % 1000);
+	ranks_addrs(1, ranks_port_base(), addr, addrs);
 	ss_fabric_options_init(&o);
 	o.transport = SS_TRANSPORT_VERBS;
 	o.world = 1;

@@ -9,5 +9,6 @@
 #include "shadowsync/base.h"
 #include "shadowsync/topo.h"
 #include "shadowsync/fabric.h"
+#include "shadowsync/sync.h"
 
 #endif /* SHADOWSYNC_H */

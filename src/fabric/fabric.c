@@ -372,7 +372,8 @@ int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,
 	for (;;) {
 		while (n < max && f->backlog_count) {
 			out[n++] = f->backlog[f->backlog_head];
-			f->backlog_head = (f->backlog_head + 1) % f->backlog_cap;
+			f->backlog_head =
+				(f->backlog_head + 1) % f->backlog_cap;
 			f->backlog_count--;
 		}
 		if (n < max)

@@ -10,8 +10,8 @@
 
 #include "sync_internal.h"
 
-static const char *const ss_algo_names[] = { "none", "ma", "easgd", "bmuf",
-					     "gossip", NULL };
+static const char *const ss_algo_names[] = { "none", "ma",     "easgd",
+					     "bmuf", "gossip", NULL };
 
 void ss_sync_options_init(struct ss_sync_options *o, enum ss_sync_algo algo)
 {
@@ -51,8 +51,8 @@ static void ss_sync_defaults(struct ss_sync *s)
 		o->beta = 0.5;
 	if (!o->round_timeout_ms)
 		o->round_timeout_ms = 5000;
-	s->gossip_state = o->seed ? o->seed : 0x9e3779b97f4a7c15ull ^
-						     (uint64_t)s->rank;
+	s->gossip_state =
+		o->seed ? o->seed : 0x9e3779b97f4a7c15ull ^ (uint64_t)s->rank;
 }
 
 static int ss_sync_alloc(struct ss_sync *s)
@@ -79,9 +79,10 @@ static int ss_sync_alloc(struct ss_sync *s)
 		if (rc < 0)
 			return rc;
 		if (ss_region_index(s->r[i]) != i)
-			return ss_error_set(-EINVAL, "the fabric has other regions",
-					    "create the sync layer first, on a fresh fabric",
-					    "sync region %d", i);
+			return ss_error_set(
+				-EINVAL, "the fabric has other regions",
+				"create the sync layer first, on a fresh fabric",
+				"sync region %d", i);
 	}
 	s->w = ss_region_ptr(s->r[SS_R_PARAMS]);
 	s->inbox = ss_region_ptr(s->r[SS_R_INBOX]);
@@ -189,8 +190,9 @@ void ss__leave_out(struct ss_sync *s, int p, const char *what)
 	pthread_mutex_unlock(&s->lock);
 	if (!s->left_out[p]) {
 		s->left_out[p] = true;
-		ss_log_warn("sync: peer %d left out of round %u: %s (within %u ms)",
-			    p, s->round, what, s->opts.round_timeout_ms);
+		ss_log_warn(
+			"sync: peer %d left out of round %u: %s (within %u ms)",
+			p, s->round, what, s->opts.round_timeout_ms);
 	}
 }
 
@@ -262,22 +264,21 @@ void ss__wait_sends(struct ss_sync *s, uint64_t deadline)
 		ss__pump(s, 1);
 	if (s->outstanding > 0) {
 		/* The fabric completes them with an error when it gives up. */
-		ss_log_warn("sync: %d operations still in flight after the round timeout",
-			    s->outstanding);
+		ss_log_warn(
+			"sync: %d operations still in flight after the round timeout",
+			s->outstanding);
 	}
 }
 
-int ss__send(struct ss_sync *s, int p, int local, size_t local_off,
-	     int remote, size_t remote_off, size_t floats, int kind)
+int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
+	     size_t remote_off, size_t floats, int kind)
 {
-	int rc = ss_fabric_write_imm(s->fabric, p, s->r[local],
-				     local_off * sizeof(float), remote,
-				     remote_off * sizeof(float),
-				     floats * sizeof(float),
-				     SS_IMM(kind, kind == SS_MSG_BARRIER ?
-							  s->barrier_seq :
-							  s->round),
-				     (uint64_t)p);
+	int rc = ss_fabric_write_imm(
+		s->fabric, p, s->r[local], local_off * sizeof(float), remote,
+		remote_off * sizeof(float), floats * sizeof(float),
+		SS_IMM(kind,
+		       kind == SS_MSG_BARRIER ? s->barrier_seq : s->round),
+		(uint64_t)p);
 
 	if (rc == 0)
 		s->outstanding++;
@@ -340,8 +341,8 @@ int ss_sync_begin(struct ss_sync *s)
 static void ss_record(struct ss_sync *s, uint64_t start_ns,
 		      const struct ss__round_result *res)
 {
-	uint64_t it = atomic_load_explicit(&s->iterations,
-					   memory_order_relaxed);
+	uint64_t it =
+		atomic_load_explicit(&s->iterations, memory_order_relaxed);
 
 	pthread_mutex_lock(&s->lock);
 	s->latencies[s->rounds % SS_LATENCIES] =
@@ -446,8 +447,9 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 int ss_sync_set_trainers(struct ss_sync *s, int trainers)
 {
 	if (trainers < 1 || s->trainers)
-		return ss_error_set(-EINVAL, trainers < 1 ? "must be at least 1" :
-							    "already set",
+		return ss_error_set(-EINVAL,
+				    trainers < 1 ? "must be at least 1" :
+						   "already set",
 				    NULL, "foreground trainers %d", trainers);
 	pthread_barrier_init(&s->fg_barrier, NULL, (unsigned)trainers);
 	s->trainers = trainers;

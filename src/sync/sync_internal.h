@@ -26,9 +26,9 @@ enum ss_msg {
 	SS_MSG_BARRIER,
 	SS_MSG_KINDS
 };
-#define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round) & 0x0fffffffu))
+#define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
 #define SS_IMM_KIND(imm) ((int)((imm) >> 28))
-#define SS_IMM_ROUND(imm) ((imm) & 0x0fffffffu)
+#define SS_IMM_ROUND(imm) ((imm)&0x0fffffffu)
 
 #define SS_LATENCIES 1024 /* round latencies kept for percentiles */
 
@@ -112,8 +112,8 @@ void ss__wait_sends(struct ss_sync *s, uint64_t deadline);
 void ss__leave_out(struct ss_sync *s, int p, const char *what);
 
 /* ss__post_imm() - WRITE_WITH_IMM from SNAP or AVG to a peer's region. */
-int ss__send(struct ss_sync *s, int p, int local, size_t local_off,
-	     int remote, size_t remote_off, size_t floats, int kind);
+int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
+	     size_t remote_off, size_t floats, int kind);
 
 /* The rounds of each algorithm; divergence and bytes go to *stats. */
 struct ss__round_result {

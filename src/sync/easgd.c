@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * S-EASGD, with the center variable sharded across owners: for each shard
+ * a rank READs the owner's center c, computes d = alpha (w - c), moves
+ * w -= d, and WRITEs d to the owner, which applies c += d when it arrives.
+ * A round ends when every live peer's delta for our shard has arrived, so
+ * an inbox slot (one per sender and round parity) is never overwritten
+ * before it is applied.  Peers READ our center while we apply deltas to
+ * it: such a read may mix two states, which elastic averaging tolerates.
+ */
+#include "sync_internal.h"
+
+void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
+{
+	ss__add(s->center, s->inbox + ss__slot(s, round & 1, sender),
+		ss__shard_len(s, s->rank));
+}
+
+int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
+{
+	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	size_t own = ss__shard_off(s, s->rank),
+	       own_len = ss__shard_len(s, s->rank);
+	uint32_t parity = s->round & 1;
+	float alpha = (float)s->opts.alpha;
+
+	/* Deltas that came while we were still in the previous round. */
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && s->got[SS_MSG_EASGD][p])
+			ss__easgd_apply_delta(s, p, s->round);
+
+	/* 1. Read every owner's center shard into AVG. */
+	for (int p = 0; p < s->world; p++) {
+		s->reads_ok[p] = false;
+		if (p == s->rank || !ss__alive(s, p))
+			continue;
+		if (ss_fabric_read(s->fabric, p, s->r[SS_R_AVG],
+				   ss__shard_off(s, p) * sizeof(float),
+				   SS_R_CENTER, 0,
+				   ss__shard_len(s, p) * sizeof(float),
+				   (uint64_t)p) == 0)
+			s->outstanding++;
+	}
+	ss__wait_sends(s, deadline);
+
+	/* 2. Pull toward each center, push the delta to its owner. */
+	ss__easgd(s->w + own, s->center, s->snap + own, own_len, alpha);
+	ss__distance(s->w + own, s->center, own_len, &res->diff2, &res->norm2);
+	ss__add(s->center, s->snap + own, own_len);
+	for (int p = 0; p < s->world; p++) {
+		size_t off = ss__shard_off(s, p), len = ss__shard_len(s, p);
+
+		if (p == s->rank)
+			continue;
+		if (!s->reads_ok[p]) {
+			if (ss__alive(s, p))
+				ss__leave_out(s, p,
+					      "its center did not arrive");
+			continue; /* the owner is gone: skip its shard */
+		}
+		ss__distance(s->w + off, s->avg + off, len, &res->diff2,
+			     &res->norm2);
+		ss__easgd(s->w + off, s->avg + off, s->snap + off, len, alpha);
+		if (ss__send(s, p, SS_R_SNAP, off, SS_R_INBOX,
+			     ss__slot(s, parity, s->rank), len,
+			     SS_MSG_EASGD) == 0)
+			res->bytes += len * sizeof(float);
+	}
+
+	/* 3. Every live peer's delta for our shard, applied as it comes. */
+	ss__wait_msgs(s, SS_MSG_EASGD, deadline);
+	ss__wait_sends(s, deadline);
+	return 0;
+}

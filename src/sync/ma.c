@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * S-MA, exact and decentralized: every rank owns a shard.  A round
+ * snapshots the replica, writes each shard of the snapshot to its owner
+ * (reduce-scatter), each owner averages its shard over the contributions
+ * that arrived and writes the average to every rank (all-gather), and each
+ * rank applies w += avg - snapshot, keeping what its trainers did during the
+ * round.  Traffic per rank and round: 2 (N-1)/N n floats.
+ *
+ * S-BMUF is this round with a block-momentum step between the average and
+ * the apply: G = avg - w_g, D = eta D + zeta G, w_g += D, target w_g (or
+ * w_g + eta D with Nesterov), then w += target - snapshot.
+ */
+#include "sync_internal.h"
+
+int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
+{
+	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	size_t own = ss__shard_off(s, s->rank),
+	       own_len = ss__shard_len(s, s->rank);
+	uint32_t parity = s->round & 1;
+	const float *parts[SS_FABRIC_MAX_PEERS];
+	int k = 0;
+
+	/* 1. Snapshot, and each shard of it to its owner. */
+	ss__copy(s->snap, s->w, s->n);
+	for (int p = 0; p < s->world; p++) {
+		if (p == s->rank || !ss__alive(s, p))
+			continue;
+		if (ss__send(s, p, SS_R_SNAP, ss__shard_off(s, p), SS_R_INBOX,
+			     ss__slot(s, parity, s->rank), ss__shard_len(s, p),
+			     SS_MSG_MA_PART) == 0)
+			res->bytes += ss__shard_len(s, p) * sizeof(float);
+	}
+
+	/* 2. Average our shard over what arrived in time. */
+	ss__wait_msgs(s, SS_MSG_MA_PART, deadline);
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && s->got[SS_MSG_MA_PART][p])
+			parts[k++] = s->inbox + ss__slot(s, parity, p);
+	ss__average(s->avg + own, s->snap + own, parts, k, own_len);
+
+	/* 3. The average of our shard to every rank. */
+	for (int p = 0; p < s->world; p++) {
+		if (p == s->rank || !ss__alive(s, p))
+			continue;
+		if (ss__send(s, p, SS_R_AVG, own, SS_R_AVG, own, own_len,
+			     SS_MSG_MA_AVG) == 0)
+			res->bytes += own_len * sizeof(float);
+	}
+	ss__wait_msgs(s, SS_MSG_MA_AVG, deadline);
+
+	/* A shard whose owner did not answer stays as it is. */
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && !s->got[SS_MSG_MA_AVG][p])
+			ss__copy(s->avg + ss__shard_off(s, p),
+				 s->snap + ss__shard_off(s, p),
+				 ss__shard_len(s, p));
+
+	/* Our sends read SNAP and AVG: done before either changes again. */
+	ss__wait_sends(s, deadline);
+	ss__distance(s->snap, s->avg, s->n, &res->diff2, &res->norm2);
+	if (s->opts.algo == SS_SYNC_BMUF)
+		ss__bmuf(s->w_g, s->momentum, s->avg, s->n, (float)s->opts.eta,
+			 (float)s->opts.zeta, s->opts.nesterov);
+	ss__apply(s->w, s->avg, s->snap, s->n);
+	return 0;
+}

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The shadow thread: pinned where the plan says, it runs rounds back to
+ * back for as long as it runs, slowed down only by the caps (rounds or
+ * bytes per second) that leave bandwidth to the trainers.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "sync_internal.h"
+
+/* Sleep as long as it takes to bring the rate back under the caps. */
+static void ss_shadow_cap(struct ss_sync *s, uint64_t start_ns)
+{
+	struct ss_sync_stats st;
+	double elapsed = (double)(ss_now_ns() - start_ns) / 1e9, wait = 0;
+
+	if (s->opts.max_rounds_per_s <= 0 && s->opts.max_bytes_per_s <= 0)
+		return;
+	ss_sync_get_stats(s, &st);
+	if (s->opts.max_rounds_per_s > 0)
+		wait = (double)st.rounds / s->opts.max_rounds_per_s - elapsed;
+	if (s->opts.max_bytes_per_s > 0) {
+		double w = (double)st.bytes_sent / s->opts.max_bytes_per_s -
+			   elapsed;
+
+		if (w > wait)
+			wait = w;
+	}
+	if (wait > 0)
+		ss_sleep_ns((uint64_t)(wait * 1e9));
+}
+
+static bool ss_any_peer(struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__alive(s, p))
+			return true;
+	return false;
+}
+
+static void *ss_shadow_main(void *arg)
+{
+	struct ss_sync *s = arg;
+	uint64_t start = ss_now_ns();
+
+	if (s->slot && s->topo && ss_topo_is_this_machine(s->topo) &&
+	    ss_topo_pin_thread(s->topo, s->slot) < 0)
+		ss_log_warn("shadow: cannot pin to PU %d: %s", s->slot->pu,
+			    ss_last_error()->why);
+	ss_log_info("shadow: %s rounds start", ss_sync_algo_name(s->opts.algo));
+	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		int rc;
+
+		if (!ss_any_peer(s)) {
+			ss_sleep_ns(1000000); /* alone: nothing to do */
+			continue;
+		}
+		rc = ss_sync_round(s);
+		if (rc < 0 && !s->thread_rc) {
+			s->thread_rc = rc;
+			ss_log_warn("shadow: round failed: %s",
+				    ss_strerror(rc));
+		}
+		ss_shadow_cap(s, start);
+	}
+	return NULL;
+}
+
+int ss_shadow_start(struct ss_sync *s, struct ss_topo *topo,
+		    const struct ss_plan_slot *slot)
+{
+	int rc;
+
+	if (s->running)
+		return ss_error_set(-EBUSY, "already running", NULL,
+				    "shadow thread");
+	s->topo = topo;
+	s->slot = slot;
+	s->thread_rc = 0;
+	atomic_store(&s->stop, false);
+	rc = pthread_create(&s->thread, NULL, ss_shadow_main, s);
+	if (rc)
+		return ss_error_set(-rc, NULL, NULL,
+				    "starting the shadow thread");
+	s->running = true;
+	return 0;
+}
+
+int ss_shadow_stop(struct ss_sync *s)
+{
+	if (!s->running)
+		return 0;
+	atomic_store(&s->stop, true);
+	pthread_join(s->thread, NULL);
+	s->running = false;
+	return s->thread_rc;
+}

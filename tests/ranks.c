@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* Running the ranks of a test as processes: see ranks.h. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "ranks.h"
+
+enum ss_transport ranks_transport(void)
+{
+	const char *t = getenv("SS_TEST_TRANSPORT");
+
+	return t && !strcmp(t, "verbs") ? SS_TRANSPORT_VERBS : SS_TRANSPORT_SHM;
+}
+
+const char *ranks_no_device(void)
+{
+	if (ranks_transport() == SS_TRANSPORT_VERBS &&
+	    !ss_fabric_verbs_available())
+		return "no active RDMA port here (run under tools/rxe-vm)";
+	return NULL;
+}
+
+void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs)
+{
+	const char *host = getenv("SS_RXE_ADDR");
+
+	for (int i = 0; i < world; i++) {
+		snprintf(buf[i], 64, "%s:%d", host ? host : "127.0.0.1",
+			 port_base + i);
+		addrs[i] = buf[i];
+	}
+}
+
+int ranks_port_base(void)
+{
+	return 20000 + (int)(getpid() % 2000) * 8;
+}
+
+int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
+	      int timeout_s, int *exits)
+{
+	pid_t pids[RANKS_MAX];
+	uint64_t deadline = ss_deadline_ns((uint64_t)timeout_s * 1000);
+	int failed = 0, started = 0;
+
+	for (int r = 0; r < world && r < RANKS_MAX; r++) {
+		fflush(NULL);
+		pids[r] = fork();
+		if (pids[r] < 0)
+			break;
+		if (pids[r] == 0)
+			_exit(fn(r, arg));
+		started++;
+	}
+	if (started < world) {
+		for (int r = 0; r < started; r++)
+			kill(pids[r], SIGKILL);
+		return world;
+	}
+	for (int left = world; left > 0;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+
+		if (pid > 0) {
+			left--;
+			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+				failed++;
+			for (int r = 0; r < world && exits; r++)
+				if (pids[r] == pid)
+					exits[r] = WIFEXITED(status) ?
+							   WEXITSTATUS(status) :
+							   -1;
+			continue;
+		}
+		if (ss_deadline_passed(deadline)) {
+			fprintf(stderr,
+				"ranks still running after %d s: killed\n",
+				timeout_s);
+			for (int r = 0; r < world; r++)
+				kill(pids[r], SIGKILL);
+			while (waitpid(-1, NULL, 0) > 0)
+				;
+			return world;
+		}
+		ss_sleep_ns(5000000);
+	}
+	return failed;
+}

@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Running the ranks of a test as processes, over the transport that
+ * SS_TEST_TRANSPORT names (shm by default; verbs inside tools/rxe-vm).
+ */
+#ifndef SS_TEST_RANKS_H
+#define SS_TEST_RANKS_H
+
+#include <stdbool.h>
+
+#include "shadowsync/shadowsync.h"
+
+#define RANKS_MAX 8
+
+/* ranks_transport() - the transport the tests run over. */
+enum ss_transport ranks_transport(void);
+
+/* ranks_no_device() - why verbs tests cannot run here, or NULL. */
+const char *ranks_no_device(void);
+
+/* ranks_addrs() - "host:port" of each rank, from a per-test port base. */
+void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs);
+
+/* ranks_port_base() - ports for this test process's ranks. */
+int ranks_port_base(void);
+
+/*
+ * ranks_run() - fork @world processes that each return fn(rank, arg) as
+ * their exit status, and wait for all, at most @timeout_s: then every rank
+ * still running is killed.  Exit statuses go to @exits (-1: killed by a
+ * signal) when it is not NULL.  Returns the number of ranks that failed.
+ */
+int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
+	      int timeout_s, int *exits);
+
+#endif /* SS_TEST_RANKS_H */
