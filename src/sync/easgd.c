@@ -26,7 +26,8 @@ int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 
 	/* Deltas that came while we were still in the previous round. */
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && s->got[SS_MSG_EASGD][p])
+		if (p != s->rank &&
+		    s->seen[SS_MSG_EASGD][p] == (s->round & 0x0fffffffu))
 			ss__easgd_apply_delta(s, p, s->round);
 
 	/* 1. Read every owner's center shard into AVG. */

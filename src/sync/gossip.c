@@ -21,10 +21,11 @@ static int ss_gossip_peer(struct ss_sync *s, int attempt)
 			(int)(s->gossip_state % (uint64_t)(s->world - 1))) %
 		       s->world;
 	}
+	/* its own count, not the round: barriers skip round numbers */
 	while ((1 << hops) < s->world)
 		hops++;
-	return (s->rank +
-		(1 << ((s->round + (uint32_t)attempt) % (uint32_t)hops))) %
+	return (s->rank + (1 << ((s->gossip_step + (uint32_t)attempt) %
+				 (uint32_t)hops))) %
 	       s->world;
 }
 

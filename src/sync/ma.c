@@ -36,7 +36,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 	/* 2. Average our shard over what arrived in time. */
 	ss__wait_msgs(s, SS_MSG_MA_PART, deadline);
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && s->got[SS_MSG_MA_PART][p])
+		if (p != s->rank && ss__got(s, SS_MSG_MA_PART, p))
 			parts[k++] = s->inbox + ss__slot(s, parity, p);
 	ss__average(s->avg + own, s->snap + own, parts, k, own_len);
 
@@ -52,7 +52,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 
 	/* A shard whose owner did not answer stays as it is. */
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && !s->got[SS_MSG_MA_AVG][p])
+		if (p != s->rank && !ss__got(s, SS_MSG_MA_AVG, p))
 			ss__copy(s->avg + ss__shard_off(s, p),
 				 s->snap + ss__shard_off(s, p),
 				 ss__shard_len(s, p));

@@ -64,6 +64,8 @@ static void *ss_shadow_main(void *arg)
 		}
 		ss_shadow_cap(s, start);
 	}
+	/* Peers in a round with us need not wait out their timeout. */
+	ss__stop_peers(s);
 	return NULL;
 }
 

@@ -66,7 +66,8 @@ static int ss_sync_alloc(struct ss_sync *s)
 	};
 	size_t floats[SS_R_COUNT] = {
 		[SS_R_PARAMS] = s->n,
-		[SS_R_INBOX] = 2 * (size_t)s->world * s->shard_max,
+		[SS_R_INBOX] =
+			2 * (size_t)s->world * s->shard_max + (size_t)s->world,
 		[SS_R_AVG] = s->n,
 		[SS_R_CENTER] = s->shard_max,
 		[SS_R_SNAP] = s->n,
@@ -89,6 +90,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->avg = ss_region_ptr(s->r[SS_R_AVG]);
 	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
+	s->ctrl = (uint32_t *)(s->inbox + 2 * (size_t)s->world * s->shard_max);
 	return 0;
 }
 
@@ -114,16 +116,18 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	pthread_mutex_init(&s->lock, NULL);
 	ss_sync_defaults(s);
 	for (int k = 0; k < SS_MSG_KINDS; k++) {
-		s->got[k] = calloc((size_t)s->world, 1);
-		s->early[k] = calloc((size_t)s->world, 1);
-		if (!s->got[k] || !s->early[k]) {
+		s->seen[k] = malloc((size_t)s->world * sizeof(uint32_t));
+		if (!s->seen[k]) {
 			rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
 			goto err;
 		}
+		for (int p = 0; p < s->world; p++)
+			s->seen[k][p] = 0x0fffffffu; /* round -1: none yet */
 	}
 	s->reads_ok = calloc((size_t)s->world, sizeof(bool));
 	s->left_out = calloc((size_t)s->world, sizeof(bool));
-	if (!s->reads_ok || !s->left_out) {
+	s->paused = calloc((size_t)s->world, sizeof(bool));
+	if (!s->reads_ok || !s->left_out || !s->paused) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
 		goto err;
 	}
@@ -158,10 +162,9 @@ void ss_sync_destroy(struct ss_sync **sync)
 		ss_shadow_stop(s);
 	if (s->trainers)
 		pthread_barrier_destroy(&s->fg_barrier);
-	for (int k = 0; k < SS_MSG_KINDS; k++) {
-		free(s->got[k]);
-		free(s->early[k]);
-	}
+	for (int k = 0; k < SS_MSG_KINDS; k++)
+		free(s->seen[k]);
+	free(s->paused);
 	free(s->reads_ok);
 	free(s->left_out);
 	free(s->w_g);
@@ -200,7 +203,6 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 {
 	int kind = SS_IMM_KIND(c->imm);
 	uint32_t round = SS_IMM_ROUND(c->imm);
-	uint32_t now = kind == SS_MSG_BARRIER ? s->barrier_seq : s->round;
 
 	if (kind <= 0 || kind >= SS_MSG_KINDS)
 		return;
@@ -208,14 +210,14 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->left_out[c->peer] = false;
 		ss_log_info("sync: peer %d answers again", c->peer);
 	}
-	if (round == (now & 0x0fffffffu)) {
-		s->got[kind][c->peer] = 1;
-		if (kind == SS_MSG_EASGD)
-			ss__easgd_apply_delta(s, c->peer, round);
-	} else if (round == ((now + 1) & 0x0fffffffu)) {
-		s->early[kind][c->peer] = 1; /* a peer already a round ahead */
+	if (kind == SS_MSG_STOP) {
+		s->paused[c->peer] = true;
+		return;
 	}
-	/* anything older belongs to a round that gave up on it */
+	/* A message of a round that gave up on it is overwritten later. */
+	s->seen[kind][c->peer] = round;
+	if (kind == SS_MSG_EASGD && round == (s->round & 0x0fffffffu))
+		ss__easgd_apply_delta(s, c->peer, round);
 }
 
 void ss__pump(struct ss_sync *s, unsigned wait_ms)
@@ -234,11 +236,19 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms)
 	}
 }
 
-/* Whether every live peer has sent @kind this round. */
+/* Whether every peer that should has sent @kind this round. */
+static bool ss_expected(const struct ss_sync *s, int kind, int p)
+{
+	if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
+		return false;
+	/* a stopped shadow thread still comes to barriers */
+	return kind == SS_MSG_BARRIER || !s->paused[p];
+}
+
 static bool ss_all_sent(struct ss_sync *s, int kind)
 {
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss__alive(s, p) && !s->got[kind][p])
+		if (ss_expected(s, kind, p) && !ss__got(s, kind, p))
 			return false;
 	return true;
 }
@@ -248,8 +258,8 @@ int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline)
 	while (!ss_all_sent(s, kind)) {
 		if (ss_deadline_passed(deadline)) {
 			for (int p = 0; p < s->world; p++)
-				if (p != s->rank && ss__alive(s, p) &&
-				    !s->got[kind][p])
+				if (ss_expected(s, kind, p) &&
+				    !ss__got(s, kind, p))
 					ss__leave_out(s, p, "no answer");
 			return -ETIMEDOUT;
 		}
@@ -287,39 +297,51 @@ int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 	return rc;
 }
 
-/* Start the next round: what came early now counts. */
-static void ss_next(struct ss_sync *s, bool barrier)
-{
-	for (int k = 1; k < SS_MSG_KINDS; k++) {
-		uint8_t *t;
-
-		if ((k == SS_MSG_BARRIER) != barrier)
-			continue;
-		t = s->got[k];
-		s->got[k] = s->early[k];
-		s->early[k] = t;
-		memset(s->early[k], 0, (size_t)s->world);
-	}
-}
-
+/*
+ * The barrier also lines the ranks' round numbers up: after a shadow thread
+ * stopped, ranks may be a round apart.  Each sends its round in its word of
+ * the peers' inboxes; all continue from the largest plus one, past any
+ * round a peer gave up half-way.
+ */
 int ss_sync_barrier(struct ss_sync *s)
 {
-	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	unsigned wait = 4 * s->opts.round_timeout_ms + 5000;
+	uint64_t deadline = ss_deadline_ns(wait);
+	uint32_t top = s->round;
 	int rc;
 
+	memcpy(s->snap, &s->round, sizeof(uint32_t));
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss__alive(s, p))
-			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
-				 SS_MSG_BARRIER);
+		if (ss_expected(s, SS_MSG_BARRIER, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
+				 2 * (size_t)s->world * s->shard_max +
+					 (size_t)s->rank,
+				 1, SS_MSG_BARRIER);
 	rc = ss__wait_msgs(s, SS_MSG_BARRIER, deadline);
 	ss__wait_sends(s, deadline);
+	for (int p = 0; p < s->world; p++) {
+		if (ss__got(s, SS_MSG_BARRIER, p) && s->ctrl[p] > top)
+			top = s->ctrl[p];
+		s->paused[p] = false;
+	}
+	s->round = top + 1;
 	s->barrier_seq++;
-	ss_next(s, true);
 	if (rc < 0)
 		return ss_error_set(rc, "a peer did not arrive", NULL,
 				    "sync barrier %u of rank %d",
 				    s->barrier_seq - 1, s->rank);
 	return 0;
+}
+
+void ss__stop_peers(struct ss_sync *s)
+{
+	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_STOP);
+	ss__wait_sends(s, deadline);
 }
 
 int ss_sync_begin(struct ss_sync *s)
@@ -378,7 +400,6 @@ int ss_sync_round(struct ss_sync *s)
 		break;
 	}
 	s->round++;
-	ss_next(s, false);
 	if (rc == 0)
 		ss_record(s, start, &res);
 	return rc;

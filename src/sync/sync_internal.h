@@ -11,7 +11,8 @@
 /* Regions, in allocation order: the same numbers on every rank. */
 enum {
 	SS_R_PARAMS, /* n floats, remote-READ: the replica */
-	SS_R_INBOX, /* 2 x world x shard floats, remote-WRITE: contributions */
+	SS_R_INBOX, /* 2 x world x shard floats, remote-WRITE: contributions;
+		     * then one word per rank for barriers */
 	SS_R_AVG, /* n floats, remote-WRITE: averages; local scratch */
 	SS_R_CENTER, /* shard floats, remote-READ: S-EASGD center */
 	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here */
@@ -24,6 +25,7 @@ enum ss_msg {
 	SS_MSG_MA_AVG, /* S-MA: the average of my shard */
 	SS_MSG_EASGD, /* S-EASGD: my delta for your center */
 	SS_MSG_BARRIER,
+	SS_MSG_STOP, /* my shadow thread stopped: do not wait for me */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -42,13 +44,19 @@ struct ss_sync {
 	float *w, *inbox, *avg, *center, *snap;
 	float *w_g, *momentum; /* S-BMUF global model and block momentum */
 
-	/* messages of the current round, and early ones of the next */
+	/*
+	 * The round of the last message of each kind from each peer, which
+	 * counts for the round it names and any before (see ss__got).
+	 */
 	uint32_t round, barrier_seq;
-	uint8_t *got[SS_MSG_KINDS], *early[SS_MSG_KINDS];
+	uint32_t *seen[SS_MSG_KINDS];
+	bool *paused; /* its shadow thread stopped; back at the next barrier */
+	uint32_t *ctrl; /* the barrier words in the inbox */
 	int outstanding; /* our operations not yet completed */
 	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
 	bool *left_out; /* reported as left out, until it answers again */
-	uint64_t gossip_state;
+	uint64_t gossip_state; /* random gossip: xorshift state */
+	uint32_t gossip_step; /* exponential graph: which hop is next */
 
 	/* the shadow thread */
 	pthread_t thread;
@@ -93,7 +101,20 @@ static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
 
 static inline bool ss__alive(const struct ss_sync *s, int p)
 {
-	return ss_fabric_peer_ok(s->fabric, p);
+	return ss_fabric_peer_ok(s->fabric, p) && !s->paused[p];
+}
+
+/*
+ * Whether @p's message of @kind for the current round has come: its last
+ * one names this round or a later one (28-bit round numbers wrap).  A peer
+ * can be a barrier, or an S-EASGD round, ahead of us, and its newer
+ * message then stands for the one we wait for.
+ */
+static inline bool ss__got(const struct ss_sync *s, int kind, int p)
+{
+	uint32_t now = kind == SS_MSG_BARRIER ? s->barrier_seq : s->round;
+
+	return (int32_t)((s->seen[kind][p] - now) << 4) >= 0;
 }
 
 /*
@@ -101,6 +122,9 @@ static inline bool ss__alive(const struct ss_sync *s, int p)
  * operations done, record messages, apply S-EASGD deltas as they come.
  */
 void ss__pump(struct ss_sync *s, unsigned wait_ms);
+
+/* ss__stop_peers() - tell every peer our shadow thread stopped. */
+void ss__stop_peers(struct ss_sync *s);
 
 /* ss__wait_msgs() - until every live peer sent @kind this round. */
 int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline);

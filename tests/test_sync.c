@@ -1,0 +1,425 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The algorithms between ranks that are processes with different replicas,
+ * over SS_TEST_TRANSPORT (shm by default; verbs inside tools/rxe-vm).
+ * Each rank leaves its final replica in memory shared with the test, which
+ * checks the result against the closed form.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ranks.h"
+#include "shadowsync/shadowsync.h"
+
+#define NPARAMS 1000
+#define MAXW 4
+
+struct job {
+	int world;
+	struct ss_sync_options opts;
+	int (*body)(struct ss_sync *s, int rank, struct job *job);
+	float (*init)(int rank, int i);
+	int rounds;
+	/* shared with the ranks: their final replicas and stats */
+	float (*out)[NPARAMS];
+	struct ss_sync_stats *stats;
+	uint64_t key;
+	int port_base;
+};
+
+#define fail_if(cond, ...)                                                    \
+	do {                                                                  \
+		if (cond) {                                                   \
+			fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__,   \
+				__LINE__);                                    \
+			fprintf(stderr, __VA_ARGS__);                         \
+			fprintf(stderr, " (last error: %s: %s)\n",            \
+				ss_last_error()->what, ss_last_error()->why); \
+			return 1;                                             \
+		}                                                             \
+	} while (0)
+
+static float init_distinct(int rank, int i)
+{
+	return (float)rank + 0.001f * (float)i;
+}
+
+static float init_same(int rank, int i)
+{
+	(void)rank;
+	return 0.001f * (float)i;
+}
+
+static int sync_rank(int rank, void *arg)
+{
+	struct job *job = arg;
+	char buf[RANKS_MAX][64];
+	const char *addrs[RANKS_MAX];
+	struct ss_fabric_options fo;
+	struct ss_fabric *f = NULL;
+	struct ss_sync *s = NULL;
+	float *w;
+	int rc;
+
+	ranks_addrs(job->world, job->port_base, buf, addrs);
+	ss_fabric_options_init(&fo);
+	fo.transport = ranks_transport();
+	fo.rank = rank;
+	fo.world = job->world;
+	fo.addrs = addrs;
+	fo.job_key = job->key;
+	fo.layout_hash = NPARAMS;
+	fo.timeout_ms = 20000;
+	rc = ss_fabric_open(&f, &fo);
+	fail_if(rc, "open: %s", ss_strerror(rc));
+	rc = ss_sync_create(&s, f, NPARAMS, &job->opts);
+	fail_if(rc, "sync: %s", ss_strerror(rc));
+	w = ss_sync_params(s);
+	for (int i = 0; i < NPARAMS; i++)
+		w[i] = job->init(rank, i);
+	rc = ss_fabric_connect(f);
+	fail_if(rc, "connect: %s", ss_strerror(rc));
+	rc = ss_sync_begin(s);
+	fail_if(rc, "begin: %s", ss_strerror(rc));
+	rc = job->body(s, rank, job);
+	if (rc == 0) {
+		memcpy(job->out[rank], w, sizeof(job->out[rank]));
+		ss_sync_get_stats(s, &job->stats[rank]);
+	}
+	ss_sync_destroy(&s);
+	ss_fabric_close(&f);
+	return rc;
+}
+
+/* Rounds, then a barrier so that nobody leaves while others still need it. */
+static int body_rounds(struct ss_sync *s, int rank, struct job *job)
+{
+	for (int r = 0; r < job->rounds; r++) {
+		int rc = ss_sync_round(s);
+
+		fail_if(rc, "round %d: %s", r, ss_strerror(rc));
+	}
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+static void run(struct job *job)
+{
+	const char *why = ranks_no_device();
+
+	if (why)
+		cr_skip_test("%s", why);
+	job->out = mmap(
+		NULL, sizeof(*job->out) * MAXW + sizeof(*job->stats) * MAXW,
+		PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(job->out, MAP_FAILED);
+	job->stats = (struct ss_sync_stats *)(job->out + MAXW);
+	job->key = ((uint64_t)getpid() << 20) ^ ss_now_ns();
+	job->port_base = ranks_port_base();
+	cr_assert_eq(ranks_run(job->world, sync_rank, job, 120, NULL), 0,
+		     "a rank failed (its message is above)");
+}
+
+/* Largest difference between two ranks' replicas. */
+static double spread(struct job *job)
+{
+	double worst = 0;
+
+	for (int i = 0; i < NPARAMS; i++)
+		for (int r = 1; r < job->world; r++)
+			worst = fmax(worst, fabs((double)job->out[r][i] -
+						 (double)job->out[0][i]));
+	return worst;
+}
+
+/*
+ * Gossip rounds wait for nobody: a rank could finish all its rounds before
+ * another starts.  A barrier after each round makes them interleave, as a
+ * shadow thread on every rank does over time.
+ */
+static int body_lockstep(struct ss_sync *s, int rank, struct job *job)
+{
+	for (int r = 0; r < job->rounds; r++) {
+		fail_if(ss_sync_round(s), "round %d", r);
+		fail_if(ss_sync_barrier(s), "barrier %d", r);
+	}
+	return 0;
+}
+
+/* ---- S-MA: the exact mean in one round ---------------------------------- */
+
+static void ma_exact_mean(int world)
+{
+	struct job job = { .world = world,
+			   .body = body_rounds,
+			   .init = init_distinct,
+			   .rounds = 1 };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	run(&job);
+	for (int r = 0; r < world; r++)
+		for (int i = 0; i < NPARAMS; i++) {
+			double mean = (world - 1) / 2.0 + 0.001 * i;
+
+			cr_assert_float_eq(job.out[r][i], mean, 1e-5,
+					   "rank %d element %d: %f, want %f", r,
+					   i, job.out[r][i], mean);
+		}
+	cr_assert_eq(job.stats[0].rounds, 1);
+	cr_assert_gt(job.stats[0].divergence, 0.1, "replicas started apart");
+}
+
+Test(sync, ma_exact_mean_in_one_round_2_ranks, .timeout = 180)
+{
+	ma_exact_mean(2);
+}
+
+Test(sync, ma_exact_mean_in_one_round_3_ranks, .timeout = 180)
+{
+	ma_exact_mean(3);
+}
+
+Test(sync, ma_exact_mean_in_one_round_4_ranks, .timeout = 180)
+{
+	ma_exact_mean(4);
+}
+
+/* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
+
+static float u(int rank, int round, int i)
+{
+	return 0.01f * (float)(rank + 1) * (float)(round + 1) +
+	       0.0001f * (float)i;
+}
+
+static int body_bmuf(struct ss_sync *s, int rank, struct job *job)
+{
+	float *w = ss_sync_params(s);
+
+	for (int round = 0; round < 2; round++) {
+		/* "training": each rank moves by its own u */
+		for (int i = 0; i < NPARAMS; i++)
+			w[i] += u(rank, round, i);
+		fail_if(ss_sync_round(s), "round %d", round);
+	}
+	(void)job;
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
+{
+	struct job job = { .world = 3, .body = body_bmuf, .init = init_same };
+	const double eta = 1.0 - 1.0 / 3, zeta = 1.0;
+
+	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
+	run(&job);
+	for (int i = 0; i < NPARAMS; i++) {
+		double w_g = 0.001 * i, d = 0;
+
+		for (int round = 0; round < 2; round++) {
+			double g = 0; /* avg - w_g = the mean of the moves */
+
+			for (int r = 0; r < 3; r++)
+				g += u(r, round, i) / 3.0;
+			d = eta * d + zeta * g;
+			w_g += d;
+		}
+		for (int r = 0; r < 3; r++)
+			cr_assert_float_eq(job.out[r][i], w_g, 1e-4,
+					   "rank %d element %d: %f, want %f", r,
+					   i, job.out[r][i], w_g);
+	}
+}
+
+/* ---- S-EASGD and gossip: consensus within a tolerance -------------------- */
+
+Test(sync, easgd_reaches_consensus, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_rounds,
+			   .init = init_distinct,
+			   .rounds = 40 };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_EASGD);
+	run(&job);
+	/* started 2.0 apart */
+	cr_assert_lt(spread(&job), 0.05, "spread %g after 40 rounds",
+		     spread(&job));
+}
+
+Test(sync, gossip_reaches_consensus, .timeout = 180)
+{
+	struct job job = { .world = 4,
+			   .body = body_lockstep,
+			   .init = init_distinct,
+			   .rounds = 30 };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_GOSSIP);
+	run(&job);
+	/* started 3.0 apart */
+	cr_assert_lt(spread(&job), 0.05, "spread %g after 30 rounds",
+		     spread(&job));
+}
+
+Test(sync, random_gossip_reaches_consensus, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_lockstep,
+			   .init = init_distinct,
+			   .rounds = 30 };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_GOSSIP);
+	job.opts.gossip_random = true;
+	job.opts.seed = 7;
+	run(&job);
+	cr_assert_lt(spread(&job), 0.05, "spread %g", spread(&job));
+}
+
+/* ---- the shadow thread, the foreground mode ----------------------------- */
+
+static int body_shadow(struct ss_sync *s, int rank, struct job *job)
+{
+	struct ss_sync_stats st;
+
+	(void)job;
+	fail_if(ss_shadow_start(s, NULL, NULL), "start");
+	ss_sleep_ns(300000000);
+	fail_if(ss_shadow_stop(s), "the shadow thread failed");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.rounds < 3, "only %llu rounds in 300 ms",
+		(unsigned long long)st.rounds);
+	/* The ranks stopped at different rounds: line them up, then one
+	 * more round makes them equal. */
+	fail_if(ss_sync_barrier(s), "barrier");
+	fail_if(ss_sync_round(s), "last round");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, shadow_thread_runs_rounds_in_the_background, .timeout = 180)
+{
+	struct job job = { .world = 2,
+			   .body = body_shadow,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	run(&job);
+	cr_assert_lt(spread(&job), 1e-5);
+	cr_assert_gt(job.stats[0].rounds_per_s, 0);
+	cr_assert_gt(job.stats[0].bytes_sent, 0);
+}
+
+struct fg_trainer {
+	struct ss_sync *s;
+	int rc;
+};
+
+static void *fg_trainer_main(void *arg)
+{
+	struct fg_trainer *t = arg;
+
+	for (int k = 0; k < 3 && !t->rc; k++) {
+		ss_sync_add_iterations(t->s, 10);
+		t->rc = ss_sync_foreground(t->s);
+	}
+	return NULL;
+}
+
+static int body_foreground(struct ss_sync *s, int rank, struct job *job)
+{
+	struct fg_trainer t[2] = { { s, 0 }, { s, 0 } };
+	pthread_t th[2];
+	struct ss_sync_stats st;
+
+	(void)job;
+	fail_if(ss_sync_set_trainers(s, 2), "trainers");
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, fg_trainer_main, &t[i]);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	fail_if(t[0].rc || t[1].rc, "foreground round failed");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.rounds != 3, "%llu rounds, want 3",
+		(unsigned long long)st.rounds);
+	fail_if(st.sync_gap < 19 || st.sync_gap > 21,
+		"sync gap %.1f, want 20 (2 trainers x 10 iterations)",
+		st.sync_gap);
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, foreground_rounds_stop_the_trainers, .timeout = 180)
+{
+	struct job job = { .world = 2,
+			   .body = body_foreground,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	run(&job);
+	cr_assert_lt(spread(&job), 1e-5);
+}
+
+/* ---- a rank dies -------------------------------------------------------- */
+
+static int body_killed(struct ss_sync *s, int rank, struct job *job)
+{
+	struct ss_sync_stats st;
+	uint64_t start;
+
+	(void)job;
+	fail_if(ss_sync_round(s), "first round");
+	if (rank == 2)
+		raise(SIGKILL);
+	/* The others go on, each round bounded by the round timeout. */
+	start = ss_now_ns();
+	for (int r = 0; r < 5; r++) {
+		float *w = ss_sync_params(s);
+
+		for (int i = 0; i < NPARAMS; i++) /* each trains its own way */
+			w[i] += 0.1f * (float)(rank + 1);
+		fail_if(ss_sync_round(s), "round %d after the kill", r);
+	}
+	fail_if(ss_now_ns() - start > 5ull * 3 * 1000000000ull,
+		"5 rounds took %.1f s", (double)(ss_now_ns() - start) / 1e9);
+	ss_sync_get_stats(s, &st);
+	fail_if(st.rounds != 6, "%llu rounds", (unsigned long long)st.rounds);
+	fail_if(ss_sync_barrier(s), "final barrier of the survivors");
+	return 0;
+}
+
+Test(sync, survivors_keep_completing_rounds, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_killed,
+			   .init = init_distinct };
+	int exits[3] = { -1, -1, -1 };
+	const char *why = ranks_no_device();
+
+	if (why)
+		cr_skip_test("%s", why);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = 1000;
+	job.out =
+		mmap(NULL, sizeof(*job.out) * MAXW + sizeof(*job.stats) * MAXW,
+		     PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	job.stats = (struct ss_sync_stats *)(job.out + MAXW);
+	job.key = ((uint64_t)getpid() << 20) ^ ss_now_ns();
+	job.port_base = ranks_port_base();
+	ranks_run(3, sync_rank, &job, 120, exits);
+	cr_assert_eq(exits[0], 0);
+	cr_assert_eq(exits[1], 0);
+	cr_assert_eq(exits[2], -1, "rank 2 was to die of SIGKILL");
+	/*
+	 * The survivors' own shards are averaged between them; the dead
+	 * owner's shard is left as each had it (docs/algorithms.md).
+	 */
+	for (int i = 0; i < NPARAMS * 2 / 3; i++)
+		cr_assert_float_eq(job.out[0][i], job.out[1][i], 1e-5,
+				   "element %d", i);
+}

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* The algorithms' kernels on small vectors, against closed forms. */
+#include <criterion/criterion.h>
+#include <math.h>
+
+#include "sync/sync_internal.h"
+
+#define N 37 /* odd, so that no kernel gets a round number */
+
+static float v(int k, int i)
+{
+	return (float)(k + 1) * 0.5f + (float)i * 0.01f * (float)(k % 3 - 1);
+}
+
+Test(kernels, average_of_own_and_others)
+{
+	float own[N], a[N], b[N], out[N];
+	const float *others[] = { a, b };
+
+	for (int i = 0; i < N; i++) {
+		own[i] = v(0, i);
+		a[i] = v(1, i);
+		b[i] = v(2, i);
+	}
+	ss__average(out, own, others, 2, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(out[i], (own[i] + a[i] + b[i]) / 3, 1e-6,
+				   "element %d", i);
+	ss__average(out, own, others, 0, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(out[i], own[i]);
+}
+
+/*
+ * The heart of ShadowSync: the snapshot s was averaged to avg while the
+ * trainers moved w on by u; after w += avg - s, w = avg + u.
+ */
+Test(kernels, delta_apply_keeps_concurrent_updates)
+{
+	float s[N], avg[N], w[N], u[N];
+
+	for (int i = 0; i < N; i++) {
+		s[i] = v(0, i);
+		avg[i] = v(1, i);
+		u[i] = 0.001f * (float)(i - N / 2);
+		w[i] = s[i] + u[i]; /* what trainers did during the round */
+	}
+	ss__apply(w, avg, s, N);
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(w[i], avg[i] + u[i], 1e-6, "element %d", i);
+}
+
+Test(kernels, bmuf_follows_its_recurrence)
+{
+	float w_g[N], d[N], avg[N], ref_g[N], ref_d[N];
+	const float eta = 0.75f, zeta = 1.0f;
+
+	for (int i = 0; i < N; i++) {
+		w_g[i] = ref_g[i] = v(0, i);
+		d[i] = ref_d[i] = 0.1f * (float)i;
+	}
+	for (int step = 0; step < 3; step++) {
+		for (int i = 0; i < N; i++)
+			avg[i] = v(step + 1, i);
+		for (int i = 0; i < N; i++) {
+			float g = avg[i] - ref_g[i];
+
+			ref_d[i] = eta * ref_d[i] + zeta * g;
+			ref_g[i] += ref_d[i];
+		}
+		ss__bmuf(w_g, d, avg, N, eta, zeta, false);
+		for (int i = 0; i < N; i++) {
+			cr_assert_float_eq(d[i], ref_d[i], 1e-5);
+			cr_assert_float_eq(w_g[i], ref_g[i], 1e-5);
+			cr_assert_float_eq(avg[i], ref_g[i], 1e-5,
+					   "target is w_g");
+		}
+	}
+	/* Nesterov: the target looks one momentum step ahead. */
+	for (int i = 0; i < N; i++)
+		avg[i] = v(5, i);
+	ss__bmuf(w_g, d, avg, N, eta, zeta, true);
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(avg[i], w_g[i] + eta * d[i], 1e-5);
+}
+
+Test(kernels, easgd_step_and_center_update)
+{
+	float w[N], c[N], d[N], w0[N], c0[N];
+	const float alpha = 0.25f;
+
+	for (int i = 0; i < N; i++) {
+		w[i] = w0[i] = v(2, i);
+		c[i] = c0[i] = v(0, i);
+	}
+	ss__easgd(w, c, d, N, alpha);
+	ss__add(c, d, N);
+	for (int i = 0; i < N; i++) {
+		float dd = alpha * (w0[i] - c0[i]);
+
+		cr_assert_float_eq(d[i], dd, 1e-6);
+		cr_assert_float_eq(w[i], w0[i] - dd, 1e-6);
+		cr_assert_float_eq(c[i], c0[i] + dd, 1e-6);
+		/* the pull is symmetric: w + c is conserved */
+		cr_assert_float_eq(w[i] + c[i], w0[i] + c0[i], 1e-5);
+	}
+}
+
+Test(kernels, gossip_moves_toward_the_peer)
+{
+	float w[N], p[N], w0[N];
+
+	for (int i = 0; i < N; i++) {
+		w[i] = w0[i] = v(0, i);
+		p[i] = v(3, i);
+	}
+	ss__gossip(w, p, N, 0.5f);
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(w[i], (w0[i] + p[i]) / 2, 1e-6);
+}
+
+Test(kernels, distance_estimate)
+{
+	float a[64], b[64];
+	double d2 = 0, n2 = 0;
+
+	for (int i = 0; i < 64; i++) {
+		a[i] = 2;
+		b[i] = 1;
+	}
+	ss__distance(a, b, 64, &d2, &n2);
+	cr_assert_float_eq(sqrt(d2 / n2), 1.0, 1e-12);
+	ss__copy(a, b, 64);
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(a[i], b[i]);
+}
+
+Test(options, defaults_and_names)
+{
+	struct ss_sync_options o;
+	enum ss_sync_algo a;
+
+	ss_sync_options_init(&o, SS_SYNC_BMUF);
+	cr_assert_eq(o.algo, SS_SYNC_BMUF);
+	cr_assert_lt(o.eta, 0, "eta defaults to 1 - 1/N, filled in per job");
+	cr_assert_eq(ss_sync_algo_parse("--sync", "easgd", &a), 0);
+	cr_assert_eq(a, SS_SYNC_EASGD);
+	cr_assert_str_eq(ss_sync_algo_name(SS_SYNC_GOSSIP), "gossip");
+	cr_assert_eq(ss_sync_algo_parse("--sync", "allreduce", &a), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->hint, "ma, easgd, bmuf, gossip"),
+		  "%s", ss_last_error()->hint);
+}
