@@ -36,10 +36,10 @@ SHARED_LIB := $(O)/lib/libshadowsync.so
 COMMAND := $(O)/bin/shadowsync
 
 # Tests that also run over verbs, inside the soft-RoCE guest.
-VERBS_TESTS := test_fabric
+VERBS_TESTS := test_fabric test_sync
 
 # Tests that start threads also run under ThreadSanitizer.
-THREADED_TESTS := test_topo_pin
+THREADED_TESTS := test_topo_pin test_sync_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 
 .SECONDARY:
