@@ -15,6 +15,12 @@
  */
 #pragma GCC optimize("no-tree-loop-distribute-patterns")
 
+#include <stdint.h>
+#include <string.h>
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include "sync_internal.h"
 
 #define SS_HOGWILD __attribute__((no_sanitize("thread")))
@@ -22,30 +28,74 @@
 SS_HOGWILD void ss__copy(float *restrict dst, const float *restrict src,
 			 size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+#if defined(__SANITIZE_THREAD__)
+	for (size_t i = 0; i < n; i++) /* memcpy would be checked */
+		dst[i] = src[i];
+#else
+	memcpy(dst, src, n * sizeof(float)); /* non-temporal stores */
+#endif
+}
+
+/* Store @len floats of @src to @dst, bypassing the cache where we can. */
+static void ss_stream(float *restrict dst, const float *restrict src,
+		      size_t len)
+{
+	size_t i = 0;
+#if defined(__SSE__)
+	/* Non-temporal stores: no read-for-ownership of lines we overwrite. */
+	for (; i < len && ((uintptr_t)(dst + i) & 15); i++)
+		dst[i] = src[i];
+	for (; i + 4 <= len; i += 4)
+		_mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#endif
+	for (; i < len; i++)
 		dst[i] = src[i];
 }
 
+/*
+ * out = (own + sum of others) / (k + 1), a block at a time in a buffer
+ * that stays in L1, then streamed out: one pass over memory in all.
+ */
 void ss__average(float *restrict out, const float *restrict own,
 		 const float *const *others, int k, size_t n)
 {
+	enum { BLOCK = 1024 };
+	float tmp[BLOCK] __attribute__((aligned(64)));
 	float scale = 1.0f / (float)(k + 1);
 
-	if (k == 0) {
-		for (size_t i = 0; i < n; i++)
-			out[i] = own[i];
-		return;
-	}
-	for (size_t i = 0; i < n; i++)
-		out[i] = own[i] + others[0][i];
-	for (int j = 1; j < k; j++) {
-		const float *restrict o = others[j];
+	for (size_t b = 0; b < n; b += BLOCK) {
+		size_t len = n - b < BLOCK ? n - b : BLOCK;
+		const float *restrict w = own + b;
 
-		for (size_t i = 0; i < n; i++)
-			out[i] += o[i];
+		/* 2 and 3 ranks in one pass each; more in several */
+		if (k == 1) {
+			const float *restrict p0 = others[0] + b;
+
+			for (size_t i = 0; i < len; i++)
+				tmp[i] = (w[i] + p0[i]) * scale;
+		} else if (k == 2) {
+			const float *restrict p0 = others[0] + b;
+			const float *restrict p1 = others[1] + b;
+
+			for (size_t i = 0; i < len; i++)
+				tmp[i] = (w[i] + p0[i] + p1[i]) * scale;
+		} else {
+			for (size_t i = 0; i < len; i++)
+				tmp[i] = w[i];
+			for (int j = 0; j < k; j++) {
+				const float *restrict p = others[j] + b;
+
+				for (size_t i = 0; i < len; i++)
+					tmp[i] += p[i];
+			}
+			for (size_t i = 0; i < len; i++)
+				tmp[i] *= scale;
+		}
+		ss_stream(out + b, tmp, len);
 	}
-	for (size_t i = 0; i < n; i++)
-		out[i] *= scale;
+#if defined(__SSE__)
+	_mm_sfence(); /* the streamed stores before the sends that read them */
+#endif
 }
 
 SS_HOGWILD void ss__apply(float *restrict w, const float *restrict target,
