@@ -132,11 +132,8 @@ test: format-check all
 
 # ---- install --------------------------------------------------------------
 
-$(O)/shadowsync.pc: shadowsync.pc.in Makefile
-	@mkdir -p $(@D)
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
-
-install: lib command $(O)/shadowsync.pc
+# The .pc file is written at install time: it holds PREFIX.
+install: lib command
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/shadowsync $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(STATIC_LIB) $(DESTDIR)$(PREFIX)/lib/
@@ -148,7 +145,8 @@ install: lib command $(O)/shadowsync.pc
 		$(DESTDIR)$(PREFIX)/lib/libshadowsync.so
 	install -m 644 include/shadowsync/*.h \
 		$(DESTDIR)$(PREFIX)/include/shadowsync/
-	install -m 644 $(O)/shadowsync.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		shadowsync.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc
 	install -m 755 $(COMMAND) $(DESTDIR)$(PREFIX)/bin/
 
 uninstall:
