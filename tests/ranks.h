@@ -7,10 +7,24 @@
 #define SS_TEST_RANKS_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "shadowsync/shadowsync.h"
 
 #define RANKS_MAX 8
+
+/* In a rank's code: on failure say where and why, and return 1. */
+#define rank_fail_if(rank, cond, ...)                                         \
+	do {                                                                  \
+		if (cond) {                                                   \
+			fprintf(stderr, "rank %d: %s:%d: ", (rank), __FILE__, \
+				__LINE__);                                    \
+			fprintf(stderr, __VA_ARGS__);                         \
+			fprintf(stderr, " (last error: %s: %s)\n",            \
+				ss_last_error()->what, ss_last_error()->why); \
+			return 1;                                             \
+		}                                                             \
+	} while (0)
 
 /* ranks_transport() - the transport the tests run over. */
 enum ss_transport ranks_transport(void);

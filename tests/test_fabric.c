@@ -59,17 +59,7 @@ static void skip_without_device(void)
 		cr_skip_test("%s", ranks_no_device());
 }
 
-#define fail_if(cond, ...)                                                     \
-	do {                                                                   \
-		if (cond) {                                                    \
-			fprintf(stderr, "rank %d: %s:%d: ", c->rank, __FILE__, \
-				__LINE__);                                     \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, " (last error: %s: %s)\n",             \
-				ss_last_error()->what, ss_last_error()->why);  \
-			return 1;                                              \
-		}                                                              \
-	} while (0)
+#define fail_if(cond, ...) rank_fail_if(c->rank, cond, __VA_ARGS__)
 
 static uint8_t pattern(int rank, size_t i)
 {

@@ -32,17 +32,7 @@ struct job {
 	int port_base;
 };
 
-#define fail_if(cond, ...)                                                    \
-	do {                                                                  \
-		if (cond) {                                                   \
-			fprintf(stderr, "rank %d: %s:%d: ", rank, __FILE__,   \
-				__LINE__);                                    \
-			fprintf(stderr, __VA_ARGS__);                         \
-			fprintf(stderr, " (last error: %s: %s)\n",            \
-				ss_last_error()->what, ss_last_error()->why); \
-			return 1;                                             \
-		}                                                             \
-	} while (0)
+#define fail_if(cond, ...) rank_fail_if(rank, cond, __VA_ARGS__)
 
 static float init_distinct(int rank, int i)
 {
