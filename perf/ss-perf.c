@@ -9,8 +9,11 @@
  *
  * Bandwidth tests keep --tx-depth operations in flight from the client;
  * read_lat times one READ at a time (a round trip, as ib_read_lat does);
- * write_lat is a WRITE_WITH_IMM ping-pong reported as half the round trip,
- * as ib_write_lat does.
+ * write_lat is ib_write_lat's ping-pong of RDMA WRITEs, each side spinning
+ * on the last byte of its buffer, reported as half the round trip;
+ * write_imm_lat is the same ping-pong with WRITE_WITH_IMM and receive
+ * completions, the signal the runtime itself uses (a trailing byte is not
+ * a safe signal; it is only a way to measure).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,12 +26,19 @@
 #define MAX_QPS 16
 #define ALL_MAX_SIZE (1u << 23)
 
-enum test { READ_BW, WRITE_BW, READ_LAT, WRITE_LAT };
-static const char *const test_names[] = { "read_bw", "write_bw", "read_lat",
-					  "write_lat", NULL };
+enum test { READ_BW, WRITE_BW, READ_LAT, WRITE_LAT, WRITE_IMM_LAT };
+static const char *const test_names[] = { "read_bw",   "write_bw",
+					  "read_lat",  "write_lat",
+					  "write_imm_lat", NULL };
 static const char *const test_titles[] = { "RDMA_Read BW", "RDMA_Write BW",
 					   "RDMA_Read Latency",
-					   "RDMA_Write Latency" };
+					   "RDMA_Write Latency",
+					   "RDMA_Write_with_imm Latency" };
+
+static bool is_lat(enum test t)
+{
+	return t == READ_LAT || t == WRITE_LAT || t == WRITE_IMM_LAT;
+}
 
 struct opts {
 	enum test test;
@@ -85,7 +95,7 @@ static uint64_t now_ns(void)
 static void usage(FILE *out)
 {
 	fprintf(out,
-		"usage: ss-perf read_bw|write_bw|read_lat|write_lat [OPTIONS] [SERVER]\n"
+		"usage: ss-perf read_bw|write_bw|read_lat|write_lat|write_imm_lat [OPTIONS] [SERVER]\n"
 		"\n"
 		"Measure the ShadowSync fabric like perftest.  Start the server (no SERVER\n"
 		"argument) first, then the client with the server's address.\n"
@@ -216,13 +226,16 @@ static int parse(int argc, char **argv, struct opts *o)
 			SS_EUSAGE, "no address to listen on",
 			"give --bind HOST (the RDMA netdev's IP) or set SS_RXE_ADDR",
 			"--bind");
-	bool lat = o->test == READ_LAT || o->test == WRITE_LAT;
+	bool lat = is_lat(o->test);
 	if (!o->size)
 		o->size = lat ? 2 : 65536;
 	if (!o->iters)
 		o->iters = lat ? 1000 : 5000;
 	if (!o->tx_depth)
 		o->tx_depth = lat ? 1 : 128;
+	if (o->test == WRITE_LAT && o->all)
+		return ss_error_set(SS_EUSAGE, "not with write_lat",
+				    "run one --size at a time", "--all");
 	return 0;
 }
 
@@ -283,10 +296,70 @@ static int wait_one(struct conn *c, struct ss_completion *comp)
 	return 0;
 }
 
+/*
+ * write_lat's ping-pong, either side: write @tag as the last byte, then
+ * spin until the peer's write brings it into our scratch buffer.  The
+ * completions of our own writes are reaped meanwhile; a RECV_IMM 0 is the
+ * client's stop (returns 1).
+ */
+static int ping(struct conn *c, size_t size, uint8_t tag, bool send_first)
+{
+	uint8_t *in = ss_region_ptr(c->scratch), *out = ss_region_ptr(c->buf);
+	struct ss_completion comp;
+	uint64_t spins = 0, deadline = 0;
+	int rc;
+
+	if (send_first) {
+		out[size - 1] = tag;
+		rc = ss_fabric_write(c->f, c->peer, c->buf, 0, 1, 0, size, 0);
+		if (rc < 0)
+			return rc;
+	}
+	while (__atomic_load_n(&in[size - 1], __ATOMIC_ACQUIRE) != tag) {
+		int n = ss_fabric_poll(c->f, &comp, 1, 0);
+
+		if (n < 0)
+			return n;
+		if (n == 1 && comp.status)
+			return ss_error_set(comp.status, NULL, NULL, "%s",
+					    ss_op_name(comp.op));
+		if (n == 1 && comp.op == SS_OP_RECV_IMM && comp.imm == 0)
+			return 1;
+		if (++spins % 1000000 == 0) { /* every wait is bounded */
+			if (!deadline)
+				deadline = ss_deadline_ns(30000);
+			else if (ss_deadline_passed(deadline))
+				return ss_error_set(-ETIMEDOUT, "no answer",
+						    NULL, "write_lat ping-pong");
+		}
+	}
+	if (!send_first) {
+		out[size - 1] = tag;
+		rc = ss_fabric_write(c->f, c->peer, c->buf, 0, 1, 0, size, 0);
+		if (rc < 0)
+			return rc;
+	}
+	return 0;
+}
+
+static uint8_t next_tag(uint8_t tag)
+{
+	return (uint8_t)(tag % 255 + 1); /* never 0, the buffer's start */
+}
+
 /* The server: serve ping-pongs until the client says stop (imm 0). */
 static int serve(const struct opts *o, struct conn *c)
 {
 	struct ss_completion comp;
+
+	if (o->test == WRITE_LAT) {
+		for (uint8_t tag = 1;; tag = next_tag(tag)) {
+			int rc = ping(c, o->size, tag, false);
+
+			if (rc != 0)
+				return rc < 0 ? rc : 0;
+		}
+	}
 
 	for (;;) {
 		int rc = wait_one(c, &comp);
@@ -297,7 +370,7 @@ static int serve(const struct opts *o, struct conn *c)
 			continue;
 		if (comp.imm == 0)
 			return 0;
-		if (o->test == WRITE_LAT) {
+		if (o->test == WRITE_IMM_LAT) {
 			rc = ss_fabric_write_imm(c->f, c->peer, c->buf, 0, 1, 0,
 						 comp.imm, comp.imm, 0);
 			if (rc < 0)
@@ -392,6 +465,7 @@ static int run_lat(const struct opts *o, struct conn *c, size_t size,
 	double *t = malloc((size_t)cap * sizeof(*t)), sum = 0, sq = 0;
 	uint64_t deadline = now_ns() + (uint64_t)(o->duration * 1e9);
 	struct ss_completion comp;
+	uint8_t tag = 1;
 	long n = 0;
 	int rc = 0;
 
@@ -405,6 +479,11 @@ static int run_lat(const struct opts *o, struct conn *c, size_t size,
 					    size, 0);
 			if (rc == 0)
 				rc = wait_one(c, &comp);
+		} else if (o->test == WRITE_LAT) {
+			rc = ping(c, size, tag, true);
+			tag = next_tag(tag);
+			if (rc == 1)
+				rc = -EPROTO; /* only the client stops */
 		} else {
 			rc = ss_fabric_write_imm(c->f, c->peer, c->buf, 0, 1, 0,
 						 size, (uint32_t)size, 0);
@@ -415,7 +494,7 @@ static int run_lat(const struct opts *o, struct conn *c, size_t size,
 		if (rc < 0)
 			break;
 		t[n] = (double)(now_ns() - t0) / 1e3;
-		if (o->test == WRITE_LAT)
+		if (o->test != READ_LAT)
 			t[n] /= 2; /* one way, as ib_write_lat reports */
 		sum += t[n];
 		sq += t[n] * t[n];
@@ -438,7 +517,7 @@ static int run_lat(const struct opts *o, struct conn *c, size_t size,
 
 static void header(const struct opts *o, const struct conn *c)
 {
-	bool lat = o->test == READ_LAT || o->test == WRITE_LAT;
+	bool lat = is_lat(o->test);
 	const char *unit = o->gbits ? "Gb/sec" : "MB/sec";
 
 	if (o->json)
@@ -466,7 +545,7 @@ static double bw_unit(const struct opts *o, double bytes_per_s)
 static int client(const struct opts *o, struct conn *conns)
 {
 	size_t first = o->all ? 2 : o->size, last = max_size(o);
-	bool lat = o->test == READ_LAT || o->test == WRITE_LAT;
+	bool lat = is_lat(o->test);
 	bool comma = false;
 	int rc = 0;
 
