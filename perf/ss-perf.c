@@ -27,8 +27,8 @@
 #define ALL_MAX_SIZE (1u << 23)
 
 enum test { READ_BW, WRITE_BW, READ_LAT, WRITE_LAT, WRITE_IMM_LAT };
-static const char *const test_names[] = { "read_bw",   "write_bw",
-					  "read_lat",  "write_lat",
+static const char *const test_names[] = { "read_bw",	   "write_bw",
+					  "read_lat",	   "write_lat",
 					  "write_imm_lat", NULL };
 static const char *const test_titles[] = { "RDMA_Read BW", "RDMA_Write BW",
 					   "RDMA_Read Latency",
@@ -330,7 +330,8 @@ static int ping(struct conn *c, size_t size, uint8_t tag, bool send_first)
 				deadline = ss_deadline_ns(30000);
 			else if (ss_deadline_passed(deadline))
 				return ss_error_set(-ETIMEDOUT, "no answer",
-						    NULL, "write_lat ping-pong");
+						    NULL,
+						    "write_lat ping-pong");
 		}
 	}
 	if (!send_first) {
