@@ -30,6 +30,7 @@ struct job {
 	struct ss_sync_stats *stats;
 	uint64_t key;
 	int port_base;
+	bool bind_numa; /* replica bound to this machine's plan's NUMA node */
 };
 
 #define fail_if(cond, ...) rank_fail_if(rank, cond, __VA_ARGS__)
@@ -53,9 +54,16 @@ static int sync_rank(int rank, void *arg)
 	struct ss_fabric_options fo;
 	struct ss_fabric *f = NULL;
 	struct ss_sync *s = NULL;
+	struct ss_topo *topo = NULL;
+	struct ss_sync_options so = job->opts;
 	float *w;
 	int rc;
 
+	if (job->bind_numa) {
+		fail_if(ss_topo_open(&topo, NULL), "topology");
+		so.topo = topo;
+		so.numa = 0;
+	}
 	ranks_addrs(job->world, job->port_base, buf, addrs);
 	ss_fabric_options_init(&fo);
 	fo.transport = ranks_transport();
@@ -67,7 +75,7 @@ static int sync_rank(int rank, void *arg)
 	fo.timeout_ms = 20000;
 	rc = ss_fabric_open(&f, &fo);
 	fail_if(rc, "open: %s", ss_strerror(rc));
-	rc = ss_sync_create(&s, f, NPARAMS, &job->opts);
+	rc = ss_sync_create(&s, f, NPARAMS, &so);
 	fail_if(rc, "sync: %s", ss_strerror(rc));
 	w = ss_sync_params(s);
 	for (int i = 0; i < NPARAMS; i++)
@@ -83,6 +91,7 @@ static int sync_rank(int rank, void *arg)
 	}
 	ss_sync_destroy(&s);
 	ss_fabric_close(&f);
+	ss_topo_close(&topo);
 	return rc;
 }
 

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -120,6 +121,34 @@ SCENARIO(pin, replica_memory_is_page_aligned_zeroed_and_bound)
 	check(node == plan->replica_numa, "page on node %d, want %d", node,
 	      plan->replica_numa);
 	ss_topo_free(p, len);
+	ss_plan_free(&plan);
+	ss_topo_close(&topo);
+	return 0;
+}
+
+SCENARIO(pin, memory_allocated_elsewhere_is_bound_and_moved)
+{
+	size_t len = 8 * (size_t)sysconf(_SC_PAGESIZE);
+	struct ss_topo *topo = NULL;
+	struct ss_plan *plan = NULL;
+	char *p = NULL;
+	int node;
+
+	if (open_this_machine(&topo, &plan))
+		return -1;
+	check(posix_memalign((void **)&p, (size_t)sysconf(_SC_PAGESIZE), len) ==
+		      0,
+	      "posix_memalign");
+	memset(p, 1, len); /* touched before binding: pages must move */
+	if (ss_topo_bind(topo, p, len, plan->replica_numa) < 0)
+		skip("binding refused here: %s", ss_last_error()->why);
+	node = ss_topo_memory_node(topo, p + len - 1);
+	if (node == -ENOSYS || node == -EPERM)
+		skip("the kernel does not tell where pages are");
+	check(node == plan->replica_numa, "page on node %d, want %d", node,
+	      plan->replica_numa);
+	check(ss_topo_bind(topo, p, len, 4242) == -EINVAL, "node 4242");
+	free(p);
 	ss_plan_free(&plan);
 	ss_topo_close(&topo);
 	return 0;

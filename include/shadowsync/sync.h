@@ -57,6 +57,8 @@ struct ss_sync_options {
 	unsigned round_timeout_ms; /* a round gives up on a peer; 0: 5000 */
 	double max_rounds_per_s; /* shadow thread cap; 0: none */
 	double max_bytes_per_s; /* shadow thread cap on bytes sent; 0: none */
+	struct ss_topo *topo; /* with numa: where the replica's memory goes */
+	int numa; /* NUMA node (plan->replica_numa); ignored without topo */
 };
 
 /* ss_sync_options_init() - the defaults above, for @algo. */
@@ -74,7 +76,9 @@ struct ss_sync;
 /*
  * ss_sync_create() - the replica of @n floats and the buffers the
  * algorithms need, allocated on @fabric (which must not be connected yet).
- * Parameters are remote-READ only, the inboxes remote-WRITE only.
+ * Parameters are remote-READ only, the inboxes remote-WRITE only.  With
+ * @opts->topo, every region is bound to NUMA node @opts->numa (a failure
+ * to bind is logged, not fatal).
  *
  * Returns 0; -EINVAL for n == 0 or a connected fabric; -ENOMEM; what
  * ss_fabric_alloc() returns.

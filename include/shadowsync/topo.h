@@ -126,6 +126,15 @@ int ss_topo_pin_thread(struct ss_topo *topo, const struct ss_plan_slot *slot);
  */
 int ss_topo_alloc(struct ss_topo *topo, int numa, size_t len, void **ptr);
 
+/*
+ * ss_topo_bind() - bind memory allocated elsewhere (a fabric region, say)
+ * to NUMA node @numa, moving the pages already touched.
+ *
+ * Returns 0; SS_ETOPO when @topo is not this machine's; -EINVAL for an
+ * unknown node; -errno when the kernel refuses (the detail names the node).
+ */
+int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa);
+
 /* ss_topo_free() - release memory from ss_topo_alloc().  NULL is fine. */
 void ss_topo_free(void *ptr, size_t len);
 

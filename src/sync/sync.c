@@ -91,6 +91,16 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
 	s->ctrl = (uint32_t *)(s->inbox + 2 * (size_t)s->world * s->shard_max);
+	for (int i = 0; s->opts.topo && i < SS_R_COUNT; i++) {
+		if (ss_topo_bind(s->opts.topo, ss_region_ptr(s->r[i]),
+				 ss_region_len(s->r[i]), s->opts.numa) < 0) {
+			ss_log_warn(
+				"sync: replica memory not bound to NUMA node %d: %s: %s",
+				s->opts.numa, ss_last_error()->what,
+				ss_last_error()->why);
+			break;
+		}
+	}
 	return 0;
 }
 

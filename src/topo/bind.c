@@ -70,6 +70,28 @@ int ss_topo_alloc(struct ss_topo *topo, int numa, size_t len, void **ptr)
 	return 0;
 }
 
+int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa)
+{
+	hwloc_obj_t node;
+
+	if (!topo->this_machine)
+		return ss_error_set(SS_ETOPO, "it is not this machine's", NULL,
+				    "binding memory with topology '%s'",
+				    topo->source);
+	node = hwloc_get_numanode_obj_by_os_index(topo->hw, (unsigned)numa);
+	if (!node)
+		return ss_error_set(-EINVAL, "no such NUMA node", NULL,
+				    "binding memory to NUMA node %d", numa);
+	if (hwloc_set_area_membind(
+		    topo->hw, ptr, len, node->nodeset, HWLOC_MEMBIND_BIND,
+		    HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) < 0)
+		return ss_error_set(
+			-errno, NULL,
+			"the kernel may lack NUMA support, or the container forbids mbind",
+			"binding %zu bytes to NUMA node %d", len, numa);
+	return 0;
+}
+
 void ss_topo_free(void *ptr, size_t len)
 {
 	if (ptr)
