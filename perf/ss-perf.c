@@ -363,10 +363,29 @@ static int serve(const struct opts *o, struct conn *c)
 	}
 
 	for (;;) {
-		int rc = wait_one(c, &comp);
+		int rc;
 
-		if (rc < 0)
-			return rc;
+		/*
+		 * In the bandwidth tests the server has nothing to do until
+		 * the client says stop: stay off the CPUs, as perftest's
+		 * server does (it blocks on its socket).
+		 */
+		if (!is_lat(o->test)) {
+			rc = ss_fabric_poll(c->f, &comp, 1, 0);
+			if (rc == 0) {
+				ss_sleep_ns(5000000);
+				continue;
+			}
+			if (rc < 0)
+				return rc;
+			if (comp.status)
+				return ss_error_set(comp.status, NULL, NULL,
+						    "%s", ss_op_name(comp.op));
+		} else {
+			rc = wait_one(c, &comp);
+			if (rc < 0)
+				return rc;
+		}
 		if (comp.op != SS_OP_RECV_IMM)
 			continue;
 		if (comp.imm == 0)

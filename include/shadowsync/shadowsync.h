@@ -10,5 +10,6 @@
 #include "shadowsync/topo.h"
 #include "shadowsync/fabric.h"
 #include "shadowsync/sync.h"
+#include "shadowsync/train.h"
 
 #endif /* SHADOWSYNC_H */

@@ -13,6 +13,8 @@ static const struct {
 } ss_commands[] = {
 	{ "topo", ss_cmd_topo,
 	  "print the placement plan: shadow thread, trainers, replica memory" },
+	{ "gen-data", ss_cmd_gen_data,
+	  "write synthetic click data from a planted teacher model" },
 };
 
 #define SS_NR_COMMANDS (int)(sizeof(ss_commands) / sizeof(ss_commands[0]))

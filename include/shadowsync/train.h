@@ -1,0 +1,117 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * ShadowSync train layer: what the trainers need around the model.  So far:
+ * the Criteo data reader, the synthetic data generator with its planted
+ * teacher, and the metrics (log loss, normalized entropy, AUC,
+ * calibration).
+ */
+#ifndef SHADOWSYNC_TRAIN_H
+#define SHADOWSYNC_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_DENSE 13 /* I1..I13 */
+#define SS_SPARSE 26 /* C1..C26 */
+
+/* One example of the Criteo Kaggle format. */
+struct ss_example {
+	float label; /* 0 or 1 */
+	float dense[SS_DENSE]; /* log(1 + max(x, 0)); 0 when empty */
+	uint32_t sparse[SS_SPARSE]; /* the 8 hex digits; 0 when empty */
+};
+
+enum ss_bad_lines {
+	SS_BAD_LINES_FAIL, /* stop at the first malformed line */
+	SS_BAD_LINES_SKIP, /* skip it, count it, go on */
+};
+
+/* ss_bad_lines_parse() - "fail" or "skip". */
+int ss_bad_lines_parse(const char *option, const char *text,
+		       enum ss_bad_lines *policy);
+
+struct ss_reader;
+
+/*
+ * ss_reader_open() - stream the examples of @path whose line starts in
+ * bytes [@begin, @end) (@end 0: to the end of the file), so that N readers
+ * with adjacent ranges read every line exactly once.  Memory stays bounded
+ * whatever the file's size.
+ *
+ * Returns 0; -errno naming the file.
+ */
+int ss_reader_open(struct ss_reader **reader, const char *path, uint64_t begin,
+		   uint64_t end, enum ss_bad_lines policy);
+
+/*
+ * ss_reader_next() - the next example.  Returns 1, 0 at the end of the
+ * range, SS_EPARSE for a malformed line under SS_BAD_LINES_FAIL (the detail
+ * names the file, the line and what was wrong), -errno on a read error.
+ */
+int ss_reader_next(struct ss_reader *reader, struct ss_example *example);
+
+/* ss_reader_skipped() - malformed lines skipped so far. */
+uint64_t ss_reader_skipped(const struct ss_reader *reader);
+
+/* ss_reader_close() - release it and clear the pointer.  NULL is fine. */
+void ss_reader_close(struct ss_reader **reader);
+
+/*
+ * ss_parse_example() - parse one line (without its newline; a trailing CR
+ * is ignored).  Returns 0, or SS_EPARSE with @why saying which field and
+ * what was wrong.
+ */
+int ss_parse_example(const char *line, size_t len, struct ss_example *example,
+		     char *why, size_t why_size);
+
+/* Metrics over predictions p (probabilities) and labels y. */
+struct ss_metrics {
+	uint64_t count;
+	double log_loss; /* mean binary cross-entropy */
+	double ne; /* log loss / entropy of the empirical click rate */
+	double auc; /* area under the ROC curve; ties count half */
+	double calibration; /* sum of p / sum of y */
+	double ctr; /* empirical click rate */
+};
+
+/*
+ * ss_metrics_compute() - all of the above over @n pairs.  AUC sorts a copy
+ * (n log n); the others are one pass.  Returns 0, or -EINVAL for n == 0 and
+ * -ENOMEM.
+ */
+int ss_metrics_compute(const float *p, const float *y, size_t n,
+		       struct ss_metrics *metrics);
+
+/* The planted teacher of the synthetic data. */
+struct ss_gen_options {
+	uint64_t examples;
+	uint64_t seed;
+	double ctr; /* the click rate to aim for */
+	double zipf; /* exponent of the categorical values' distribution */
+	uint32_t cardinality; /* distinct values per categorical feature */
+};
+
+/* ss_gen_options_init() - 100000 examples, seed 1, CTR 0.25, Zipf 1.1. */
+void ss_gen_options_init(struct ss_gen_options *opts);
+
+/*
+ * ss_gen_data() - write @opts->examples lines of Criteo format to @out from
+ * a planted logistic teacher over the dense features, the categorical
+ * values and a few of their pairwise interactions, and return the
+ * teacher's own metrics on the labels drawn: its NE is the floor no model
+ * can beat on that file.  Returns 0 or -errno.
+ */
+int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
+		struct ss_metrics *teacher);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_TRAIN_H */

@@ -1,0 +1,288 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The Criteo Kaggle format: label, I1..I13 (integers, possibly empty or
+ * negative), C1..C26 (8 hex digits, possibly empty), tab-separated.  The
+ * reader streams a byte range of a file one line at a time, so memory stays
+ * bounded by the longest line, and N readers with adjacent ranges read
+ * every line exactly once: a line belongs to the range holding its first
+ * byte.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/train.h"
+
+#define SS_FIELDS (1 + SS_DENSE + SS_SPARSE)
+#define SS_MAX_LINE (1 << 20) /* a longer line is not Criteo data */
+
+struct ss_reader {
+	FILE *f;
+	char *path;
+	char *line;
+	size_t cap;
+	uint64_t begin, end, pos;
+	uint64_t lines; /* lines read in this range */
+	uint64_t skipped;
+	enum ss_bad_lines policy;
+};
+
+int ss_bad_lines_parse(const char *option, const char *text,
+		       enum ss_bad_lines *policy)
+{
+	static const char *const names[] = { "fail", "skip", NULL };
+	int i;
+	int rc = ss_parse_choice(option, text, names, &i);
+
+	if (rc == 0)
+		*policy = (enum ss_bad_lines)i;
+	return rc;
+}
+
+static void ss_field_name(int field, char *name, size_t size)
+{
+	if (field == 0)
+		snprintf(name, size, "label");
+	else if (field <= SS_DENSE)
+		snprintf(name, size, "I%d", field);
+	else
+		snprintf(name, size, "C%d", field - SS_DENSE);
+}
+
+static int ss_bad_field(int field, const char *text, size_t len,
+			const char *what, char *why, size_t size)
+{
+	char name[8];
+
+	ss_field_name(field, name, sizeof(name));
+	snprintf(why, size, "field %d (%s) '%.*s' %s", field + 1, name,
+		 (int)(len > 24 ? 24 : len), text, what);
+	return SS_EPARSE;
+}
+
+static int ss_parse_dense(const char *s, size_t len, float *out)
+{
+	size_t i = 0;
+	bool neg = false;
+	double v = 0;
+
+	if (len == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (s[0] == '-') {
+		neg = true;
+		i = 1;
+	}
+	if (i == len || len - i > 18)
+		return -1;
+	for (; i < len; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = neg ? 0.0f : (float)log1p(v); /* log(1 + max(x, 0)) */
+	return 0;
+}
+
+static int ss_parse_sparse(const char *s, size_t len, uint32_t *out)
+{
+	uint32_t v = 0;
+
+	if (len == 0) {
+		*out = 0;
+		return 0;
+	}
+	if (len != 8)
+		return -1;
+	for (size_t i = 0; i < 8; i++) {
+		char c = s[i];
+		uint32_t d = c >= '0' && c <= '9' ? (uint32_t)(c - '0') :
+			     c >= 'a' && c <= 'f' ? (uint32_t)(c - 'a' + 10) :
+			     c >= 'A' && c <= 'F' ? (uint32_t)(c - 'A' + 10) :
+						    16;
+
+		if (d == 16)
+			return -1;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return 0;
+}
+
+int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
+		     char *why, size_t size)
+{
+	const char *p = line, *end;
+	int field = 0;
+
+	if (len && line[len - 1] == '\r')
+		len--; /* CRLF files */
+	end = line + len;
+	for (;;) {
+		const char *tab = memchr(p, '\t', (size_t)(end - p));
+		const char *stop = tab ? tab : end;
+		size_t flen = (size_t)(stop - p);
+
+		if (field >= SS_FIELDS) {
+			snprintf(why, size, "more than %d fields", SS_FIELDS);
+			return SS_EPARSE;
+		}
+		if (field == 0) {
+			if (flen != 1 || (p[0] != '0' && p[0] != '1'))
+				return ss_bad_field(field, p, flen,
+						    "is not 0 or 1", why, size);
+			ex->label = (float)(p[0] - '0');
+		} else if (field <= SS_DENSE) {
+			if (ss_parse_dense(p, flen, &ex->dense[field - 1]) < 0)
+				return ss_bad_field(field, p, flen,
+						    "is not an integer", why,
+						    size);
+		} else if (ss_parse_sparse(p, flen,
+					   &ex->sparse[field - 1 - SS_DENSE]) <
+			   0) {
+			return ss_bad_field(field, p, flen,
+					    "is not 8 hex digits", why, size);
+		}
+		field++;
+		if (!tab)
+			break;
+		p = tab + 1;
+	}
+	if (field != SS_FIELDS) {
+		snprintf(why, size, "%d fields, want %d (tab-separated)", field,
+			 SS_FIELDS);
+		return SS_EPARSE;
+	}
+	return 0;
+}
+
+int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
+		   uint64_t end, enum ss_bad_lines policy)
+{
+	struct ss_reader *r;
+	int c;
+
+	*out = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r || !(r->path = strdup(path))) {
+		free(r);
+		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
+	}
+	r->f = fopen(path, "r");
+	if (!r->f) {
+		int rc = ss_error_set(-errno, NULL,
+				      "check the path given with --data/--test",
+				      "data file '%s'", path);
+
+		free(r->path);
+		free(r);
+		return rc;
+	}
+	r->begin = r->pos = begin;
+	r->end = end;
+	r->policy = policy;
+	/* A line that started before @begin belongs to the previous range. */
+	if (begin > 0) {
+		if (fseeko(r->f, (off_t)(begin - 1), SEEK_SET) < 0) {
+			ss_reader_close(&r);
+			return ss_error_set(-errno, NULL, NULL,
+					    "seeking in '%s'", path);
+		}
+		r->pos = begin - 1;
+		while ((c = fgetc(r->f)) != EOF) {
+			r->pos++;
+			if (c == '\n')
+				break;
+		}
+	}
+	*out = r;
+	return 0;
+}
+
+/* The absolute number of the line that starts at byte @at (from 1). */
+static uint64_t ss_line_number(struct ss_reader *r, uint64_t at)
+{
+	uint64_t n = 1, pos = 0;
+	FILE *f;
+	int c;
+
+	if (r->begin == 0)
+		return r->lines;
+	f = fopen(r->path, "r"); /* errors only: counting is fine here */
+	if (!f)
+		return 0;
+	while (pos < at && (c = fgetc(f)) != EOF) {
+		pos++;
+		n += c == '\n';
+	}
+	fclose(f);
+	return n;
+}
+
+int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
+{
+	char why[160];
+
+	for (;;) {
+		uint64_t start = r->pos;
+		ssize_t len;
+
+		if (r->end && start >= r->end)
+			return 0;
+		errno = 0;
+		len = getline(&r->line, &r->cap, r->f);
+		if (len < 0) {
+			if (errno)
+				return ss_error_set(-errno, NULL, NULL,
+						    "reading '%s'", r->path);
+			return 0;
+		}
+		r->pos += (uint64_t)len;
+		r->lines++;
+		if (len > 0 && r->line[len - 1] == '\n')
+			len--;
+		if (len == 0 && feof(r->f))
+			return 0;
+		if (len > SS_MAX_LINE)
+			snprintf(why, sizeof(why), "longer than %d bytes",
+				 SS_MAX_LINE);
+		else if (ss_parse_example(r->line, (size_t)len, ex, why,
+					  sizeof(why)) == 0)
+			return 1;
+		if (r->policy == SS_BAD_LINES_SKIP) {
+			r->skipped++;
+			ss_log_debug(
+				"%s:%llu: skipped: %s", r->path,
+				(unsigned long long)ss_line_number(r, start),
+				why);
+			continue;
+		}
+		return ss_error_set(
+			SS_EPARSE, why,
+			"fix the line, or pass --bad-lines=skip to count and skip such lines",
+			"%s:%llu", r->path,
+			(unsigned long long)ss_line_number(r, start));
+	}
+}
+
+uint64_t ss_reader_skipped(const struct ss_reader *r)
+{
+	return r->skipped;
+}
+
+void ss_reader_close(struct ss_reader **reader)
+{
+	struct ss_reader *r;
+
+	if (!reader || !*reader)
+		return;
+	r = *reader;
+	if (r->f)
+		fclose(r->f);
+	free(r->line);
+	free(r->path);
+	free(r);
+	*reader = NULL;
+}

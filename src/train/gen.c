@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Synthetic click data from a planted teacher: a logistic model over the
+ * dense features, one weight per categorical value (Zipf-distributed
+ * values, so a few are frequent and most are rare), and the dot products of
+ * a few pairs of categorical embeddings, the shape a DLRM can learn.  The
+ * teacher's own NE on the labels it drew is the floor for any model.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "shadowsync/train.h"
+
+#define SS_GEN_DIM 4 /* teacher embedding size for the interactions */
+#define SS_GEN_PAIRS 6
+
+void ss_gen_options_init(struct ss_gen_options *o)
+{
+	o->examples = 100000;
+	o->seed = 1;
+	o->ctr = 0.25;
+	o->zipf = 1.1;
+	o->cardinality = 10000;
+}
+
+static uint64_t ss_mix(uint64_t x)
+{
+	/* splitmix64: a good, cheap, stateless mixer */
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static double ss_uniform(uint64_t *state)
+{
+	*state = ss_mix(*state);
+	return ((double)(*state >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double ss_gauss(uint64_t *state)
+{
+	double u1 = ss_uniform(state), u2 = ss_uniform(state);
+
+	return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* The teacher's parameters are functions of (seed, what, field, value). */
+static double ss_param(uint64_t seed, int what, int field, uint64_t value)
+{
+	uint64_t s = ss_mix(seed ^ ss_mix(((uint64_t)what << 56) ^
+					  ((uint64_t)field << 40) ^ value));
+
+	return ss_gauss(&s);
+}
+
+struct ss_teacher {
+	uint64_t seed;
+	double *zipf_cdf;
+	uint32_t cardinality;
+	int pairs[SS_GEN_PAIRS][2];
+};
+
+static uint32_t ss_zipf_draw(const struct ss_teacher *t, uint64_t *rng)
+{
+	double u = ss_uniform(rng);
+	uint32_t lo = 0, hi = t->cardinality - 1;
+
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if (t->zipf_cdf[mid] < u)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* Draw one example's features; returns the teacher's logit without bias. */
+static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
+		      uint32_t *vals, bool *empty)
+{
+	uint32_t v[SS_SPARSE];
+	double z = 0;
+
+	for (int j = 0; j < SS_DENSE; j++) {
+		double g = ss_gauss(rng);
+
+		empty[j] = ss_uniform(rng) < 0.05;
+		ints[j] = (long)floor(exp(1.0 + 1.2 * g)) - 1;
+		if (!empty[j])
+			z += 0.3 * ss_param(t->seed, 1, j, 0) *
+			     (log1p(ints[j] > 0 ? (double)ints[j] : 0) - 1.2);
+	}
+	for (int j = 0; j < SS_SPARSE; j++) {
+		v[j] = ss_zipf_draw(t, rng);
+		empty[SS_DENSE + j] = ss_uniform(rng) < 0.03;
+		/* the value as written: a hash, never 0 (the empty value) */
+		vals[j] =
+			(uint32_t)ss_mix(t->seed ^ ((uint64_t)j << 32) ^ v[j]) |
+			1;
+		if (!empty[SS_DENSE + j])
+			z += 0.5 * ss_param(t->seed, 2, j, v[j]);
+	}
+	for (int k = 0; k < SS_GEN_PAIRS; k++) {
+		int a = t->pairs[k][0], b = t->pairs[k][1];
+		double dot = 0;
+
+		if (empty[SS_DENSE + a] || empty[SS_DENSE + b])
+			continue;
+		for (int d = 0; d < SS_GEN_DIM; d++)
+			dot += ss_param(t->seed, 3 + d, a, v[a]) *
+			       ss_param(t->seed, 3 + d, b, v[b]);
+		z += 0.35 * dot;
+	}
+	return z;
+}
+
+static double ss_sigmoid(double z)
+{
+	return 1 / (1 + exp(-z));
+}
+
+/* The bias that brings the mean click probability to @ctr. */
+static double ss_calibrate(const struct ss_teacher *t, double ctr)
+{
+	enum { SAMPLE = 20000 };
+	double *z = malloc(SAMPLE * sizeof(double)), lo = -20, hi = 20;
+	long ints[SS_DENSE];
+	uint32_t vals[SS_SPARSE];
+	bool empty[SS_DENSE + SS_SPARSE];
+	uint64_t rng = ss_mix(t->seed ^ 0xca11b);
+
+	if (!z)
+		return 0;
+	for (int i = 0; i < SAMPLE; i++)
+		z[i] = ss_draw(t, &rng, ints, vals, empty);
+	for (int it = 0; it < 60; it++) {
+		double mid = (lo + hi) / 2, mean = 0;
+
+		for (int i = 0; i < SAMPLE; i++)
+			mean += ss_sigmoid(z[i] + mid);
+		if (mean / SAMPLE < ctr)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	free(z);
+	return (lo + hi) / 2;
+}
+
+static void ss_write_example(FILE *out, int label, const long *ints,
+			     const uint32_t *vals, const bool *empty)
+{
+	fprintf(out, "%d", label);
+	for (int j = 0; j < SS_DENSE; j++)
+		if (empty[j])
+			fputs("\t", out);
+		else
+			fprintf(out, "\t%ld", ints[j]);
+	for (int j = 0; j < SS_SPARSE; j++)
+		if (empty[SS_DENSE + j])
+			fputs("\t", out);
+		else
+			fprintf(out, "\t%08x", vals[j]);
+	fputc('\n', out);
+}
+
+int ss_gen_data(FILE *out, const struct ss_gen_options *o,
+		struct ss_metrics *teacher)
+{
+	struct ss_teacher t = { .seed = ss_mix(o->seed),
+				.cardinality = o->cardinality };
+	float *p, *y;
+	uint64_t rng;
+	double norm = 0, bias;
+	int rc = 0;
+
+	if (!o->cardinality || !o->examples)
+		return ss_error_set(-EINVAL, "nothing to generate", NULL,
+				    "%llu examples of cardinality %u",
+				    (unsigned long long)o->examples,
+				    o->cardinality);
+	p = malloc(o->examples * sizeof(float));
+	y = malloc(o->examples * sizeof(float));
+	t.zipf_cdf = malloc(o->cardinality * sizeof(double));
+	if (!p || !y || !t.zipf_cdf) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL,
+				  "generating %llu examples",
+				  (unsigned long long)o->examples);
+		goto out;
+	}
+	for (uint32_t v = 0; v < o->cardinality; v++) {
+		norm += pow(v + 1.0, -o->zipf);
+		t.zipf_cdf[v] = norm;
+	}
+	for (uint32_t v = 0; v < o->cardinality; v++)
+		t.zipf_cdf[v] /= norm;
+	for (int k = 0; k < SS_GEN_PAIRS; k++) {
+		t.pairs[k][0] = k;
+		t.pairs[k][1] = SS_SPARSE - 1 - k;
+	}
+	bias = ss_calibrate(&t, o->ctr);
+	rng = ss_mix(t.seed ^ 0xda7a);
+	for (uint64_t i = 0; i < o->examples; i++) {
+		long ints[SS_DENSE];
+		uint32_t vals[SS_SPARSE];
+		bool empty[SS_DENSE + SS_SPARSE];
+		double prob =
+			ss_sigmoid(bias + ss_draw(&t, &rng, ints, vals, empty));
+		int label = ss_uniform(&rng) < prob;
+
+		p[i] = (float)prob;
+		y[i] = (float)label;
+		ss_write_example(out, label, ints, vals, empty);
+	}
+	if (ferror(out))
+		rc = ss_error_set(-EIO, NULL, "is the disk full?",
+				  "writing the examples");
+	if (rc == 0)
+		rc = ss_metrics_compute(p, y, o->examples, teacher);
+out:
+	free(t.zipf_cdf);
+	free(p);
+	free(y);
+	return rc;
+}

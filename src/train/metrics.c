@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* Log loss, normalized entropy, AUC and calibration of click predictions. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "shadowsync/train.h"
+
+struct ss_scored {
+	float p, y;
+};
+
+static int ss_scored_cmp(const void *a, const void *b)
+{
+	float x = ((const struct ss_scored *)a)->p;
+	float y = ((const struct ss_scored *)b)->p;
+
+	return x < y ? -1 : x > y;
+}
+
+/* AUC from ranks: tied scores share their mean rank. */
+static double ss_auc(const float *p, const float *y, size_t n)
+{
+	struct ss_scored *s = malloc(n * sizeof(*s));
+	double pos = 0, rank_sum = 0;
+
+	if (!s)
+		return NAN;
+	for (size_t i = 0; i < n; i++) {
+		s[i].p = p[i];
+		s[i].y = y[i];
+		pos += y[i];
+	}
+	qsort(s, n, sizeof(*s), ss_scored_cmp);
+	for (size_t i = 0; i < n;) {
+		size_t j = i;
+		double tied_pos = 0;
+
+		while (j < n && s[j].p == s[i].p)
+			tied_pos += s[j++].y;
+		/* ranks i+1 .. j, mean (i + 1 + j) / 2 */
+		rank_sum += tied_pos * ((double)(i + 1 + j) / 2.0);
+		i = j;
+	}
+	free(s);
+	if (pos == 0 || pos == (double)n)
+		return NAN;
+	return (rank_sum - pos * (pos + 1) / 2) / (pos * ((double)n - pos));
+}
+
+int ss_metrics_compute(const float *p, const float *y, size_t n,
+		       struct ss_metrics *m)
+{
+	double ll = 0, sum_p = 0, sum_y = 0, h;
+
+	if (n == 0)
+		return ss_error_set(-EINVAL, "no examples", NULL, "metrics");
+	for (size_t i = 0; i < n; i++) {
+		double q = fmin(fmax(p[i], 1e-7), 1 - 1e-7);
+
+		ll -= y[i] ? log(q) : log(1 - q);
+		sum_p += p[i];
+		sum_y += y[i];
+	}
+	m->count = n;
+	m->log_loss = ll / (double)n;
+	m->ctr = sum_y / (double)n;
+	h = m->ctr > 0 && m->ctr < 1 ?
+		    -(m->ctr * log(m->ctr) + (1 - m->ctr) * log(1 - m->ctr)) :
+		    0;
+	m->ne = h > 0 ? m->log_loss / h : NAN;
+	m->calibration = sum_y > 0 ? sum_p / sum_y : NAN;
+	m->auc = ss_auc(p, y, n);
+	return 0;
+}

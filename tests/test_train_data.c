@@ -1,0 +1,338 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* The Criteo reader, the metrics and the synthetic data generator. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "shadowsync/shadowsync.h"
+#include "shadowsync/train.h"
+
+/* A good line: label, 13 integers (some empty or negative), 26 hashes. */
+#define GOOD                                                             \
+	"1\t5\t\t-3\t0\t12\t1\t2\t3\t4\t5\t6\t7\t100\t"                  \
+	"68fd1e64\t80e26c9b\tfb936136\t7b4723c4\t25c83c98\t7e0ccccf\t"   \
+	"de7995b8\t1f89b562\ta73ee510\ta8cd5504\tb2cb9c98\t37c9c164\t"   \
+	"2824a5f6\t1adce6ef\t8ba8b39a\t891b62e7\te5ba7672\tf54016b9\t"   \
+	"21ddcdc9\tb1252a9d\t07b5194c\t\t3a171ecb\tc5c50484\te8b83407\t" \
+	"9727dd16"
+
+static char dir[] = "/tmp/ss-train-XXXXXX";
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/ss-train-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(data, .init = setup, .fini = teardown);
+
+static const char *write_file(const char *name, const char *text)
+{
+	static char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+Test(data, good_line_is_parsed)
+{
+	struct ss_example ex;
+	char why[160];
+
+	cr_assert_eq(
+		ss_parse_example(GOOD, strlen(GOOD), &ex, why, sizeof(why)), 0,
+		"%s", why);
+	cr_assert_eq(ex.label, 1);
+	cr_assert_float_eq(ex.dense[0], log1p(5.0), 1e-6);
+	cr_assert_eq(ex.dense[1], 0, "empty is 0");
+	cr_assert_eq(ex.dense[2], 0, "negative is clipped to 0");
+	cr_assert_float_eq(ex.dense[12], log1p(100.0), 1e-5);
+	cr_assert_eq(ex.sparse[0], 0x68fd1e64u);
+	cr_assert_eq(ex.sparse[21], 0, "empty hash is 0");
+	cr_assert_eq(ex.sparse[25], 0x9727dd16u);
+}
+
+static void assert_bad(const char *line, const char *expect)
+{
+	struct ss_example ex;
+	char why[160] = "";
+
+	cr_assert_eq(
+		ss_parse_example(line, strlen(line), &ex, why, sizeof(why)),
+		SS_EPARSE, "accepted: %s", line);
+	cr_assert(strstr(why, expect), "reason '%s' lacks '%s'", why, expect);
+}
+
+Test(data, every_kind_of_bad_line)
+{
+	char line[1024];
+
+	assert_bad("1\t2\t3", "3 fields, want 40");
+	assert_bad("", "label");
+	snprintf(line, sizeof(line), "%s\textra", GOOD);
+	assert_bad(line, "more than 40 fields");
+	snprintf(line, sizeof(line), "2%s", GOOD + 1);
+	assert_bad(line, "field 1 (label) '2' is not 0 or 1");
+	snprintf(line, sizeof(line), "1\t5x%s", GOOD + 3);
+	assert_bad(line, "field 2 (I1) '5x' is not an integer");
+	snprintf(line, sizeof(line), "%s", GOOD);
+	memcpy(strstr(line, "68fd1e64"), "68fd1e6g", 8);
+	assert_bad(line, "field 15 (C1) '68fd1e6g' is not 8 hex digits");
+	snprintf(line, sizeof(line), "%s", GOOD);
+	memcpy(strstr(line, "9727dd16"), "9727d\0", 6);
+	assert_bad(line, "(C26) '9727d' is not 8 hex digits");
+}
+
+Test(data, crlf_and_missing_final_newline)
+{
+	char text[4096];
+	struct ss_reader *r;
+	struct ss_example ex;
+
+	snprintf(text, sizeof(text), "%s\r\n%s", GOOD, GOOD); /* no final \n */
+	cr_assert_eq(ss_reader_open(&r, write_file("crlf.txt", text), 0, 0,
+				    SS_BAD_LINES_FAIL),
+		     0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1, "%s", ss_last_error()->why);
+	cr_assert_eq(ex.sparse[25], 0x9727dd16u, "CR not stripped");
+	cr_assert_eq(ss_reader_next(r, &ex), 1, "%s", ss_last_error()->why);
+	cr_assert_eq(ss_reader_next(r, &ex), 0);
+	ss_reader_close(&r);
+	cr_assert_null(r);
+}
+
+Test(data, error_names_file_and_line)
+{
+	char text[4096];
+	struct ss_reader *r;
+	struct ss_example ex;
+	const char *path;
+
+	snprintf(text, sizeof(text), "%s\n%s\n1\tbad\n%s\n", GOOD, GOOD, GOOD);
+	path = write_file("bad.txt", text);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "bad.txt:3"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->hint, "--bad-lines=skip"));
+	ss_reader_close(&r);
+
+	/* The same line found from a range that starts mid-file. */
+	cr_assert_eq(ss_reader_open(&r, path, strlen(GOOD) + 5, 0,
+				    SS_BAD_LINES_FAIL),
+		     0);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "bad.txt:3"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+
+	/* Skipped and counted instead. */
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP), 0);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), 0);
+	cr_assert_eq(ss_reader_skipped(r), 1);
+	ss_reader_close(&r);
+}
+
+Test(data, missing_file_is_named)
+{
+	struct ss_reader *r;
+
+	cr_assert_eq(ss_reader_open(&r, "/nonexistent/day_0", 0, 0,
+				    SS_BAD_LINES_FAIL),
+		     -ENOENT);
+	cr_assert(strstr(ss_last_error()->what, "/nonexistent/day_0"));
+}
+
+/* Count the lines of [begin, end). */
+static int count_range(const char *path, uint64_t begin, uint64_t end,
+		       float *label_sum)
+{
+	struct ss_reader *r;
+	struct ss_example ex;
+	int n = 0, rc;
+
+	cr_assert_eq(ss_reader_open(&r, path, begin, end, SS_BAD_LINES_FAIL),
+		     0);
+	while ((rc = ss_reader_next(r, &ex)) == 1) {
+		n++;
+		*label_sum += ex.label;
+	}
+	cr_assert_eq(rc, 0, "%s: %s", ss_last_error()->what,
+		     ss_last_error()->why);
+	ss_reader_close(&r);
+	return n;
+}
+
+Test(data, byte_ranges_read_every_line_once)
+{
+	struct ss_gen_options o;
+	struct ss_metrics m;
+	char path[256];
+	FILE *f;
+	long size;
+	float all = 0;
+	int total;
+
+	snprintf(path, sizeof(path), "%s/gen.txt", dir);
+	ss_gen_options_init(&o);
+	o.examples = 997;
+	f = fopen(path, "w");
+	cr_assert_eq(ss_gen_data(f, &o, &m), 0);
+	size = ftell(f);
+	fclose(f);
+	total = count_range(path, 0, 0, &all);
+	cr_assert_eq(total, 997);
+	for (int parts = 2; parts <= 7; parts++) {
+		int n = 0;
+		float labels = 0;
+
+		for (int k = 0; k < parts; k++)
+			n += count_range(path, (uint64_t)(size * k / parts),
+					 (uint64_t)(size * (k + 1) / parts),
+					 &labels);
+		cr_assert_eq(n, total, "%d parts read %d lines", parts, n);
+		cr_assert_eq(labels, all, "%d parts", parts);
+	}
+}
+
+Test(data, a_large_file_in_bounded_memory, .timeout = 120)
+{
+	struct ss_gen_options o;
+	struct ss_metrics m;
+	struct rusage before, after;
+	struct ss_reader *r;
+	struct ss_example ex;
+	char path[256];
+	FILE *f;
+	long n = 0;
+
+	snprintf(path, sizeof(path), "%s/large.txt", dir);
+	ss_gen_options_init(&o);
+	o.examples = 150000; /* about 30 MB */
+	f = fopen(path, "w");
+	cr_assert_eq(ss_gen_data(f, &o, &m), 0);
+	fclose(f);
+	/* The generator's own arrays are freed; what reading adds is small. */
+	getrusage(RUSAGE_SELF, &before);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	while (ss_reader_next(r, &ex) == 1)
+		n++;
+	ss_reader_close(&r);
+	getrusage(RUSAGE_SELF, &after);
+	cr_assert_eq(n, 150000);
+	cr_assert_lt(after.ru_maxrss - before.ru_maxrss, 4096,
+		     "reading 30 MB grew the peak RSS by %ld KiB",
+		     after.ru_maxrss - before.ru_maxrss);
+}
+
+/* ---- metrics ------------------------------------------------------------ */
+
+Test(metrics, against_hand_computed_values)
+{
+	const float p[] = { 0.1f, 0.4f, 0.35f, 0.8f };
+	const float y[] = { 0, 0, 1, 1 };
+	struct ss_metrics m;
+	double ll = -(log(0.9) + log(0.6) + log(0.35) + log(0.8)) / 4;
+
+	cr_assert_eq(ss_metrics_compute(p, y, 4, &m), 0);
+	cr_assert_float_eq(m.log_loss, ll, 1e-6);
+	cr_assert_float_eq(m.ctr, 0.5, 1e-12);
+	cr_assert_float_eq(m.ne, ll / log(2.0), 1e-6);
+	/* pairs (pos, neg): (0.35, 0.1) yes, (0.35, 0.4) no, 0.8 beats both */
+	cr_assert_float_eq(m.auc, 0.75, 1e-12);
+	cr_assert_float_eq(m.calibration, (0.1 + 0.4 + 0.35 + 0.8) / 2, 1e-6);
+}
+
+Test(metrics, ties_count_half_and_constant_predictor_has_ne_1)
+{
+	const float p[] = { 0.25f, 0.25f, 0.25f, 0.25f };
+	const float y[] = { 0, 1, 0, 0 };
+	struct ss_metrics m;
+
+	cr_assert_eq(ss_metrics_compute(p, y, 4, &m), 0);
+	cr_assert_float_eq(m.auc, 0.5, 1e-12);
+	/* predicting the click rate itself: NE is exactly 1 */
+	cr_assert_float_eq(m.ne, 1.0, 1e-6);
+	cr_assert_float_eq(m.calibration, 1.0, 1e-6);
+	cr_assert_eq(ss_metrics_compute(p, y, 0, &m), -EINVAL);
+}
+
+/* ---- the generator ------------------------------------------------------ */
+
+Test(data, generator_is_seeded_and_hits_its_click_rate)
+{
+	struct ss_gen_options o;
+	struct ss_metrics a, b;
+	char *buf1 = NULL, *buf2 = NULL;
+	size_t len1, len2;
+	FILE *f1, *f2;
+
+	ss_gen_options_init(&o);
+	o.examples = 20000;
+	o.ctr = 0.2;
+	f1 = open_memstream(&buf1, &len1);
+	f2 = open_memstream(&buf2, &len2);
+	cr_assert_eq(ss_gen_data(f1, &o, &a), 0);
+	cr_assert_eq(ss_gen_data(f2, &o, &b), 0);
+	fclose(f1);
+	fclose(f2);
+	cr_assert_eq(len1, len2);
+	cr_assert_eq(memcmp(buf1, buf2, len1), 0, "same seed, other data");
+	cr_assert_float_eq(a.ctr, 0.2, 0.015, "click rate %f", a.ctr);
+	/* a teacher that knows the truth beats the constant predictor */
+	cr_assert_lt(a.ne, 0.95, "teacher NE %f", a.ne);
+	cr_assert_gt(a.auc, 0.65, "teacher AUC %f", a.auc);
+	cr_assert_float_eq(a.calibration, 1.0, 0.08);
+	free(buf1);
+	free(buf2);
+}
+
+Test(data, gen_data_command_writes_file_and_floor)
+{
+	char cmd[512], path[256], json[300], text[512];
+	FILE *f;
+	int status;
+
+	snprintf(path, sizeof(path), "%s/cmd.txt", dir);
+	snprintf(cmd, sizeof(cmd),
+		 "%s gen-data --out %s --examples 500 --seed 3 >/dev/null",
+		 SS_COMMAND, path);
+	status = system(cmd);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	snprintf(json, sizeof(json), "%s.teacher.json", path);
+	f = fopen(json, "r");
+	cr_assert_not_null(f, "no %s", json);
+	cr_assert_not_null(fgets(text, sizeof(text), f));
+	fclose(f);
+	cr_assert(strstr(text, "\"ne\":"), "%s", text);
+	snprintf(cmd, sizeof(cmd),
+		 "%s gen-data --examples 5 2>&1 | grep -q 'error: --out'",
+		 SS_COMMAND);
+	cr_assert_eq(system(cmd), 0, "missing --out not named");
+	snprintf(cmd, sizeof(cmd), "%s gen-data --out %s --ctr 2 2>/dev/null",
+		 SS_COMMAND, path);
+	status = system(cmd);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+}

@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* shadowsync gen-data: synthetic click data from a planted teacher. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+#include "shadowsync/train.h"
+
+static const char ss_gen_prog[] = "shadowsync gen-data";
+
+static void ss_gen_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync gen-data --out FILE [--examples N] [--seed S] [--ctr P]\n"
+		"                           [--zipf A] [--cardinality K] [--json]\n"
+		"\n"
+		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
+		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"
+		"with the teacher's own metrics on them: its NE is the floor no model can\n"
+		"beat on that file.\n"
+		"\n"
+		"  -o, --out FILE         where to write (required)\n"
+		"  -n, --examples N       examples (default 100000)\n"
+		"  -s, --seed S           seed; the same seed gives the same file (default 1)\n"
+		"  -c, --ctr P            click rate to aim for (default 0.25)\n"
+		"  -z, --zipf A           Zipf exponent of categorical values (default 1.1)\n"
+		"  -k, --cardinality K    distinct values per categorical feature (default 10000)\n"
+		"  -j, --json             print the summary as JSON\n"
+		"  -h, --help             this help\n");
+}
+
+static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
+			    const struct ss_metrics *m)
+{
+	char json[4096];
+	FILE *f;
+
+	snprintf(json, sizeof(json), "%s.teacher.json", path);
+	f = fopen(json, "w");
+	if (!f)
+		return ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
+	fprintf(f,
+		"{\"examples\":%llu,\"seed\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
+		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f}\n",
+		(unsigned long long)o->examples, (unsigned long long)o->seed,
+		m->ctr, m->ne, m->log_loss, m->auc, m->calibration);
+	return fclose(f) == 0 ?
+		       0 :
+		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
+}
+
+int ss_cmd_gen_data(int argc, char **argv)
+{
+	static const struct option options[] = {
+		{ "out", required_argument, NULL, 'o' },
+		{ "examples", required_argument, NULL, 'n' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "ctr", required_argument, NULL, 'c' },
+		{ "zipf", required_argument, NULL, 'z' },
+		{ "cardinality", required_argument, NULL, 'k' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ss_gen_options o;
+	struct ss_metrics m;
+	const char *out = NULL;
+	bool json = false;
+	char tmp[4096];
+	long v;
+	FILE *f;
+	int opt, rc = 0;
+
+	ss_gen_options_init(&o);
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "o:n:s:c:z:k:jh", options,
+				  NULL)) != -1) {
+		switch (opt) {
+		case 'o':
+			out = optarg;
+			break;
+		case 'n':
+			rc = ss_parse_long("--examples", optarg, 1, 100000000,
+					   &v);
+			o.examples = (uint64_t)v;
+			break;
+		case 's':
+			rc = ss_parse_long("--seed", optarg, 0, 1L << 62, &v);
+			o.seed = (uint64_t)v;
+			break;
+		case 'c':
+			rc = ss_parse_double("--ctr", optarg, 0.001, 0.999,
+					     &o.ctr);
+			break;
+		case 'z':
+			rc = ss_parse_double("--zipf", optarg, 0, 5, &o.zipf);
+			break;
+		case 'k':
+			rc = ss_parse_long("--cardinality", optarg, 1,
+					   100000000, &v);
+			o.cardinality = (uint32_t)v;
+			break;
+		case 'j':
+			json = true;
+			break;
+		case 'h':
+			ss_gen_usage(stdout);
+			return SS_EXIT_OK;
+		default:
+			fprintf(stderr,
+				"%s: hint: 'shadowsync gen-data --help' lists the options\n",
+				ss_gen_prog);
+			return SS_EXIT_USAGE;
+		}
+		if (rc < 0)
+			return ss_cmd_fail(ss_gen_prog, rc);
+	}
+	if (!out)
+		return ss_cmd_fail(ss_gen_prog,
+				   ss_error_set(SS_EUSAGE, "it is required",
+						"give --out FILE", "--out"));
+	/* Written under a temporary name, renamed when complete. */
+	snprintf(tmp, sizeof(tmp), "%s.tmp", out);
+	f = fopen(tmp, "w");
+	if (!f)
+		return ss_cmd_fail(
+			ss_gen_prog,
+			ss_error_set(-errno, NULL, NULL, "writing '%s'", tmp));
+	rc = ss_gen_data(f, &o, &m);
+	if (fclose(f) != 0 && rc == 0)
+		rc = ss_error_set(-errno, NULL, "is the disk full?",
+				  "writing '%s'", tmp);
+	if (rc == 0 && rename(tmp, out) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "renaming to '%s'", out);
+	if (rc == 0)
+		rc = ss_write_teacher(out, &o, &m);
+	if (rc < 0) {
+		unlink(tmp);
+		return ss_cmd_fail(ss_gen_prog, rc);
+	}
+	if (json)
+		printf("{\"file\":\"%s\",\"examples\":%llu,\"ctr\":%.6f,\"teacher_ne\":%.6f,\"teacher_auc\":%.6f}\n",
+		       out, (unsigned long long)o.examples, m.ctr, m.ne, m.auc);
+	else
+		printf("wrote %llu examples to %s: click rate %.4f; teacher NE %.4f (the floor), AUC %.4f; details in %s.teacher.json\n",
+		       (unsigned long long)o.examples, out, m.ctr, m.ne, m.auc,
+		       out);
+	return SS_EXIT_OK;
+}
