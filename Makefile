@@ -16,9 +16,16 @@ SOVERSION := 0
 
 # -std, -Werror and the include paths are not left to CFLAGS: the code
 # relies on them.
+# BLIS: Debian's single-threaded build (libblis-serial-dev), under the
+# multiarch folders; each trainer thread owns a core, BLIS adds no threads.
+MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null)
+BLIS_INC := /usr/include/$(MULTIARCH)/blis-serial
+BLIS_LIB := /usr/lib/$(MULTIARCH)/blis-serial
+
 SS_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
-	-Iinclude -Isrc -MMD -MP $(SAN)
-SS_LIBS := -lhwloc -lrdmacm -libverbs -lpthread -lm
+	-Iinclude -Isrc -isystem $(BLIS_INC) -MMD -MP $(SAN)
+SS_LIBS := -lhwloc -lrdmacm -libverbs -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) \
+	-lblis -lpthread -lm
 TEST_LIBS := -lcriterion
 
 LIB_SRCS := $(sort $(wildcard src/*/*.c))
@@ -146,6 +153,7 @@ install: lib command
 	install -m 644 include/shadowsync/*.h \
 		$(DESTDIR)$(PREFIX)/include/shadowsync/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
+		-e 's|@BLIS_LIB@|$(BLIS_LIB)|' \
 		shadowsync.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc
 	install -m 755 $(COMMAND) $(DESTDIR)$(PREFIX)/bin/
 

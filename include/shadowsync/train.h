@@ -70,6 +70,30 @@ void ss_reader_close(struct ss_reader **reader);
 int ss_parse_example(const char *line, size_t len, struct ss_example *example,
 		     char *why, size_t why_size);
 
+/*
+ * A dense layer y = relu?(W x + b) over a mini-batch.  @w (out x in,
+ * row-major) and @b point into the caller's memory, the replica.
+ */
+struct ss_dense {
+	int in, out;
+	float *w, *b;
+	bool relu;
+};
+
+/* ss_dense_forward() - @y (batch x out) from @x (batch x in). */
+void ss_dense_forward(const struct ss_dense *layer, const float *x, float *y,
+		      int batch);
+
+/*
+ * ss_dense_backward() - from @dy (batch x out, the loss gradient of the
+ * layer's output; masked in place by the ReLU), the gradients of the
+ * weights @dw (out x in), of the biases @db (out), and of the input @dx
+ * (batch x in; NULL when not needed).  @x and @y as in the forward pass.
+ */
+void ss_dense_backward(const struct ss_dense *layer, const float *x,
+		       const float *y, float *dy, float *dx, float *dw,
+		       float *db, int batch);
+
 /* Metrics over predictions p (probabilities) and labels y. */
 struct ss_metrics {
 	uint64_t count;
