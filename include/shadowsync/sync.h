@@ -96,9 +96,9 @@ float *ss_sync_params(struct ss_sync *sync);
 size_t ss_sync_len(const struct ss_sync *sync);
 
 /*
- * ss_sync_begin() - after connecting and filling the replica: wait until
- * every rank is here (at most the round timeout), then start the S-EASGD
- * center and the S-BMUF global model from the replica.
+ * ss_sync_begin() - after connecting and filling the replica: start the
+ * S-EASGD center and the S-BMUF global model from the replica, then wait
+ * until every rank is here (a barrier, see ss_sync_barrier).
  */
 int ss_sync_begin(struct ss_sync *sync);
 
@@ -111,8 +111,9 @@ int ss_sync_begin(struct ss_sync *sync);
 int ss_sync_round(struct ss_sync *sync);
 
 /*
- * ss_sync_barrier() - wait until every live rank has called it, at most the
- * round timeout.  Returns 0 or -ETIMEDOUT (the detail names who is late).
+ * ss_sync_barrier() - wait until every live rank has called it, at most
+ * 4 x the round timeout + 5 s (ranks may be finishing a round).  Ranks
+ * then go on from the same round number.  Returns 0 or -ETIMEDOUT.
  */
 int ss_sync_barrier(struct ss_sync *sync);
 
@@ -136,9 +137,17 @@ int ss_sync_set_trainers(struct ss_sync *sync, int trainers);
 /*
  * ss_sync_foreground() - the foreground baseline: every trainer calls it
  * every k iterations; all wait at a barrier while one of them runs the same
- * round as the shadow thread would.  Returns the round's status.
+ * round as the shadow thread would.  Returns the round's status, or
+ * -ETIMEDOUT when the other trainers did not come within 4 x the round
+ * timeout + 5 s.
  */
 int ss_sync_foreground(struct ss_sync *sync);
+
+/*
+ * ss_sync_foreground_leave() - a trainer that stops (its data is done)
+ * leaves the foreground barrier, so the others do not wait for it.
+ */
+void ss_sync_foreground_leave(struct ss_sync *sync);
 
 /*
  * ss_sync_add_iterations() - trainers report iterations done, for the sync

@@ -357,6 +357,9 @@ int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
 		remote_off,	 len,  imm,   wr_id
 	};
 
+	if (imm == SS_IMM_RESERVED)
+		return ss_error_set(-EINVAL, "the value is reserved", NULL,
+				    "immediate 0x%x", imm);
 	return ss_post(f, &op);
 }
 

@@ -210,8 +210,10 @@ static int ss_verbs_open(struct ss_fabric *f)
 		return ss_error_set(-ENOMEM, NULL, NULL, "verbs fabric");
 	f->backend = v;
 	v->peers = calloc((size_t)f->opts.world, sizeof(*v->peers));
-	if (!v->peers)
-		return ss_error_set(-ENOMEM, NULL, NULL, "verbs fabric");
+	if (!v->peers) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "verbs fabric");
+		goto err;
+	}
 	rc = ss__verbs_resolve(f->addrs[f->opts.rank], &v->local_addr);
 	if (rc < 0)
 		goto err;
@@ -359,9 +361,7 @@ static void ss_verbs_async_events(struct ss_fabric *f)
 		case IBV_EVENT_QP_ACCESS_ERR:
 			for (int p = 0; p < f->opts.world; p++)
 				if (v->peers[p].qp == ev.element.qp)
-					ss__peer_fail(f, p,
-						      "async event %s on %s",
-						      what, ss__verbs_where(v));
+					ss__verbs_peer_down(f, p, what);
 			break;
 		case IBV_EVENT_PORT_ERR:
 		case IBV_EVENT_DEVICE_FATAL:
@@ -529,6 +529,27 @@ static int ss_verbs_wait_room(struct ss_fabric *f, int p, uint32_t need)
 	return 0;
 }
 
+/*
+ * An operation failed while being posted.  With nothing of it posted, it
+ * never happened: give its slot back, the caller gets @rc.  With part of it
+ * posted, the queue pair's state is unknowable: the peer goes down, and the
+ * operation completes with SS_EPEER like everything else in flight, so that
+ * it is reported once, by its completion.
+ */
+static int ss_verbs_post_failed(struct ss_fabric *f, int p, uint32_t seq,
+				uint32_t posted, int rc)
+{
+	struct ss_verbs_peer *vp = &((struct ss_verbs *)f->backend)->peers[p];
+
+	if (posted == 0 && vp->next_seq == seq + 1 &&
+	    vp->head_seq != vp->next_seq) {
+		vp->next_seq = seq;
+		return rc;
+	}
+	ss__verbs_peer_down(f, p, ss_strerror(rc));
+	return 0;
+}
+
 static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 {
 	struct ss_verbs *v = f->backend;
@@ -570,7 +591,7 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 
 		rc = ss_verbs_wait_room(f, op->peer, batch);
 		if (rc < 0)
-			return rc;
+			return ss_verbs_post_failed(f, op->peer, seq, k, rc);
 		for (uint32_t i = 0; i < batch; i++, k++) {
 			size_t off = (size_t)k * chunk;
 			size_t len =
@@ -610,13 +631,14 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 				wr->send_flags |= IBV_SEND_INLINE;
 		}
 		if (ibv_post_send(vp->qp, wrs, &bad)) {
-			rc = errno ? -errno : -EIO;
-			return ss_error_set(
-				rc, NULL,
+			rc = ss_error_set(
+				errno ? -errno : -EIO, NULL,
 				"too many operations in flight, or the queue pair is in error",
 				"ibv_post_send of %s to peer %d (%s) on %s",
 				ss_op_name(op->op), op->peer,
 				f->peers[op->peer].addr, ss__verbs_where(v));
+			return ss_verbs_post_failed(f, op->peer, seq, k - batch,
+						    rc);
 		}
 		vp->sq_used += batch;
 	}

@@ -35,6 +35,11 @@ int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res)
 
 	if (s->world < 2)
 		return 0;
+	s->gossip_step++; /* the next hop of the exponential graph */
+	/* A READ that timed out may still land in SNAP: let it, first. */
+	ss__wait_sends(s, deadline);
+	if (s->outstanding > 0)
+		return 0;
 	for (int attempt = 0; attempt < s->world; attempt++) {
 		int p = ss_gossip_peer(s, attempt);
 
@@ -44,12 +49,13 @@ int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res)
 		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0,
 				   SS_R_PARAMS, 0, s->n * sizeof(float),
 				   (uint64_t)p) != 0)
-			continue;
+			continue; /* refused at once: try the next peer */
 		s->outstanding++;
 		ss__wait_sends(s, deadline);
 		if (!s->reads_ok[p]) {
+			/* Out of time: no more READs into SNAP this round. */
 			ss__leave_out(s, p, "its replica did not arrive");
-			continue;
+			return 0;
 		}
 		ss__distance(s->w, s->snap, s->n, &res->diff2, &res->norm2);
 		ss__gossip(s->w, s->snap, s->n, (float)s->opts.beta);

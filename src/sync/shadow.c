@@ -9,26 +9,43 @@
 
 #include "sync_internal.h"
 
-/* Sleep as long as it takes to bring the rate back under the caps. */
-static void ss_shadow_cap(struct ss_sync *s, uint64_t start_ns)
+/* What the thread has done since it started, for the caps. */
+struct ss_shadow_base {
+	uint64_t start_ns, rounds, bytes;
+};
+
+/*
+ * Sleep as long as it takes to bring this thread's rate back under the
+ * caps, in slices of at most 10 ms so that a stop is not kept waiting.
+ */
+static void ss_shadow_cap(struct ss_sync *s, const struct ss_shadow_base *b)
 {
 	struct ss_sync_stats st;
-	double elapsed = (double)(ss_now_ns() - start_ns) / 1e9, wait = 0;
+	double elapsed, wait = 0;
 
 	if (s->opts.max_rounds_per_s <= 0 && s->opts.max_bytes_per_s <= 0)
 		return;
 	ss_sync_get_stats(s, &st);
+	elapsed = (double)(ss_now_ns() - b->start_ns) / 1e9;
 	if (s->opts.max_rounds_per_s > 0)
-		wait = (double)st.rounds / s->opts.max_rounds_per_s - elapsed;
+		wait = (double)(st.rounds - b->rounds) /
+			       s->opts.max_rounds_per_s -
+		       elapsed;
 	if (s->opts.max_bytes_per_s > 0) {
-		double w = (double)st.bytes_sent / s->opts.max_bytes_per_s -
+		double w = (double)(st.bytes_sent - b->bytes) /
+				   s->opts.max_bytes_per_s -
 			   elapsed;
 
 		if (w > wait)
 			wait = w;
 	}
-	if (wait > 0)
-		ss_sleep_ns((uint64_t)(wait * 1e9));
+	while (wait > 0 &&
+	       !atomic_load_explicit(&s->stop, memory_order_relaxed)) {
+		double slice = wait < 0.01 ? wait : 0.01;
+
+		ss_sleep_ns((uint64_t)(slice * 1e9));
+		wait -= slice;
+	}
 }
 
 static bool ss_any_peer(struct ss_sync *s)
@@ -42,13 +59,18 @@ static bool ss_any_peer(struct ss_sync *s)
 static void *ss_shadow_main(void *arg)
 {
 	struct ss_sync *s = arg;
-	uint64_t start = ss_now_ns();
+	struct ss_sync_stats st;
+	struct ss_shadow_base base;
 
 	if (s->slot && s->topo && ss_topo_is_this_machine(s->topo) &&
 	    ss_topo_pin_thread(s->topo, s->slot) < 0)
 		ss_log_warn("shadow: cannot pin to PU %d: %s", s->slot->pu,
 			    ss_last_error()->why);
 	ss_log_info("shadow: %s rounds start", ss_sync_algo_name(s->opts.algo));
+	ss_sync_get_stats(s, &st);
+	base.start_ns = ss_now_ns();
+	base.rounds = st.rounds;
+	base.bytes = st.bytes_sent;
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
 		int rc;
 
@@ -62,7 +84,7 @@ static void *ss_shadow_main(void *arg)
 			ss_log_warn("shadow: round failed: %s",
 				    ss_strerror(rc));
 		}
-		ss_shadow_cap(s, start);
+		ss_shadow_cap(s, &base);
 	}
 	/* Peers in a round with us need not wait out their timeout. */
 	ss__stop_peers(s);

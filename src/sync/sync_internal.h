@@ -66,9 +66,14 @@ struct ss_sync {
 	struct ss_topo *topo;
 	const struct ss_plan_slot *slot;
 
-	/* the foreground barrier */
-	pthread_barrier_t fg_barrier;
-	int trainers;
+	/* the foreground barrier: bounded, and trainers may leave it */
+	pthread_mutex_t fg_lock;
+	pthread_cond_t fg_cond;
+	bool fg_init;
+	bool fg_need_last; /* released by a leave: the first awake goes on */
+	int trainers; /* still taking part */
+	int fg_waiting;
+	unsigned fg_generation;
 	int fg_rc;
 
 	/* statistics, under lock */
