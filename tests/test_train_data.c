@@ -336,3 +336,34 @@ Test(data, gen_data_command_writes_file_and_floor)
 	status = system(cmd);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
 }
+
+Test(data, an_overlong_line_is_refused_in_bounded_memory)
+{
+	char path[256];
+	struct ss_reader *r;
+	struct ss_example ex;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/long.txt", dir);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "%s\n", GOOD);
+	for (int i = 0; i < 3 * 1024 * 1024; i++)
+		fputc('7', f);
+	fprintf(f, "\n%s\n", GOOD);
+	fclose(f);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), 1, "the line after it is read");
+	cr_assert_eq(ss_reader_next(r, &ex), 0);
+	cr_assert_eq(ss_reader_skipped(r), 1);
+	ss_reader_close(&r);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "longer than"), "%s",
+		  ss_last_error()->why);
+	cr_assert(strstr(ss_last_error()->what, "long.txt:2"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+}

@@ -20,8 +20,7 @@
 struct ss_reader {
 	FILE *f;
 	char *path;
-	char *line;
-	size_t cap;
+	char *line; /* SS_MAX_LINE + 2 bytes: the line, its newline, a NUL */
 	uint64_t begin, end, pos;
 	uint64_t lines; /* lines read in this range */
 	uint64_t skipped;
@@ -180,6 +179,11 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 		free(r);
 		return rc;
 	}
+	r->line = malloc(SS_MAX_LINE + 2);
+	if (!r->line) {
+		ss_reader_close(&r);
+		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
+	}
 	r->begin = r->pos = begin;
 	r->end = end;
 	r->policy = policy;
@@ -231,20 +235,28 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 
 		if (r->end && start >= r->end)
 			return 0;
-		errno = 0;
-		len = getline(&r->line, &r->cap, r->f);
-		if (len < 0) {
-			if (errno)
-				return ss_error_set(-errno, NULL, NULL,
+		/* fgets into a fixed buffer: memory stays bounded whatever the
+		 * file holds; a longer line is read past and reported. */
+		if (!fgets(r->line, SS_MAX_LINE + 2, r->f)) {
+			if (ferror(r->f))
+				return ss_error_set(-EIO, NULL, NULL,
 						    "reading '%s'", r->path);
 			return 0;
 		}
+		len = (ssize_t)strlen(r->line);
 		r->pos += (uint64_t)len;
 		r->lines++;
-		if (len > 0 && r->line[len - 1] == '\n')
+		if (len > 0 && r->line[len - 1] == '\n') {
 			len--;
-		if (len == 0 && feof(r->f))
-			return 0;
+		} else if (len > SS_MAX_LINE) {
+			int c;
+
+			while ((c = fgetc(r->f)) != EOF) {
+				r->pos++;
+				if (c == '\n')
+					break;
+			}
+		}
 		if (len > SS_MAX_LINE)
 			snprintf(why, sizeof(why), "longer than %d bytes",
 				 SS_MAX_LINE);

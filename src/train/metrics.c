@@ -19,13 +19,11 @@ static int ss_scored_cmp(const void *a, const void *b)
 }
 
 /* AUC from ranks: tied scores share their mean rank. */
-static double ss_auc(const float *p, const float *y, size_t n)
+static double ss_auc(const float *p, const float *y, size_t n,
+		     struct ss_scored *s)
 {
-	struct ss_scored *s = malloc(n * sizeof(*s));
 	double pos = 0, rank_sum = 0;
 
-	if (!s)
-		return NAN;
 	for (size_t i = 0; i < n; i++) {
 		s[i].p = p[i];
 		s[i].y = y[i];
@@ -42,7 +40,6 @@ static double ss_auc(const float *p, const float *y, size_t n)
 		rank_sum += tied_pos * ((double)(i + 1 + j) / 2.0);
 		i = j;
 	}
-	free(s);
 	if (pos == 0 || pos == (double)n)
 		return NAN;
 	return (rank_sum - pos * (pos + 1) / 2) / (pos * ((double)n - pos));
@@ -52,9 +49,14 @@ int ss_metrics_compute(const float *p, const float *y, size_t n,
 		       struct ss_metrics *m)
 {
 	double ll = 0, sum_p = 0, sum_y = 0, h;
+	struct ss_scored *sorted;
 
 	if (n == 0)
 		return ss_error_set(-EINVAL, "no examples", NULL, "metrics");
+	sorted = malloc(n * sizeof(*sorted));
+	if (!sorted)
+		return ss_error_set(-ENOMEM, NULL, NULL, "AUC of %zu examples",
+				    n);
 	for (size_t i = 0; i < n; i++) {
 		double q = fmin(fmax(p[i], 1e-7), 1 - 1e-7);
 
@@ -70,6 +72,7 @@ int ss_metrics_compute(const float *p, const float *y, size_t n,
 		    0;
 	m->ne = h > 0 ? m->log_loss / h : NAN;
 	m->calibration = sum_y > 0 ? sum_p / sum_y : NAN;
-	m->auc = ss_auc(p, y, n);
+	m->auc = ss_auc(p, y, n, sorted);
+	free(sorted);
 	return 0;
 }
