@@ -158,9 +158,11 @@ size_t ss_fabric_peer_len(const struct ss_fabric *fabric, int peer, int index);
  * peer, a SS_OP_RECV_IMM completion with @imm once all its data is in place.
  *
  * Return 0 when posted; -EINVAL for a range outside either region, a bad
- * peer, or @imm == SS_IMM_RESERVED; SS_EPEER when the peer has failed; -ETIMEDOUT when the send queue
- * stayed full for the timeout; -errno from posting.  A remote refusal (the
- * region lacks the right) arrives as a completion with SS_EREMOTE.
+ * peer, or @imm == SS_IMM_RESERVED; SS_EPEER when the peer has failed;
+ * -ETIMEDOUT when the send queue stayed full for the timeout; -errno from
+ * posting.  A remote refusal (the region lacks the right) arrives as a
+ * completion with SS_EREMOTE; over verbs the NIC also moves the queue pair
+ * to the error state, so the peer is failed from then on (over shm not).
  */
 int ss_fabric_read(struct ss_fabric *fabric, int peer, struct ss_region *local,
 		   size_t local_off, int remote_index, size_t remote_off,
