@@ -94,6 +94,75 @@ void ss_dense_backward(const struct ss_dense *layer, const float *x,
 		       const float *y, float *dy, float *dx, float *dw,
 		       float *db, int batch);
 
+/*
+ * The CTR model, DLRM-shaped: the dense features through a bottom MLP, the
+ * 26 categorical values hashed into embedding tables, the pairwise dot
+ * products of the bottom output and the embeddings, a top MLP, a sigmoid.
+ * All parameters live in one flat float array (the replica): the MLPs in
+ * one contiguous block first, then the tables.
+ */
+#define SS_MAX_LAYERS 8
+
+struct ss_model_config {
+	int emb_dim; /* embedding size, also the bottom MLP's output */
+	int bottom[SS_MAX_LAYERS + 1]; /* sizes, 13 first, emb_dim last */
+	int n_bottom; /* entries in bottom[] */
+	int top[SS_MAX_LAYERS + 1]; /* sizes after the interaction, 1 last */
+	int n_top;
+	uint32_t hash_size; /* rows per table */
+};
+
+/* ss_model_config_init() - 16, 13-512-256-64-16, 512-256-1, 100000 rows. */
+void ss_model_config_init(struct ss_model_config *config);
+
+/*
+ * ss_model_layers_parse() - "13-512-256-64-16" into @sizes.  Returns 0 or
+ * SS_EUSAGE naming the option.
+ */
+int ss_model_layers_parse(const char *option, const char *text, int *sizes,
+			  int *n);
+
+/* ss_model_check() - the sizes fit together; SS_EUSAGE says how not. */
+int ss_model_check(const struct ss_model_config *config);
+
+/* ss_model_top_input() - the top MLP's input: emb_dim + 27 * 26 / 2. */
+int ss_model_top_input(const struct ss_model_config *config);
+
+/* ss_model_dense_len() / ss_model_len() - floats of the MLPs / of all. */
+size_t ss_model_dense_len(const struct ss_model_config *config);
+size_t ss_model_len(const struct ss_model_config *config);
+
+/*
+ * ss_model_init() - initialize @params as DLRM does: weights normal with
+ * standard deviation sqrt(2 / (in + out)), biases sqrt(1 / out), table rows
+ * uniform in +-sqrt(1 / rows).  The same seed gives the same model.
+ */
+void ss_model_init(const struct ss_model_config *config, float *params,
+		   uint64_t seed);
+
+struct ss_model_work;
+
+/* ss_model_work_create() - a trainer's scratch for batches up to @batch. */
+int ss_model_work_create(struct ss_model_work **work,
+			 const struct ss_model_config *config, int batch);
+
+/* ss_model_work_destroy() - release it; clear the pointer. */
+void ss_model_work_destroy(struct ss_model_work **work);
+
+/* ss_model_predict() - click probabilities of @n examples into @p. */
+void ss_model_predict(const struct ss_model_config *config, const float *params,
+		      struct ss_model_work *work,
+		      const struct ss_example *examples, int n, float *p);
+
+/*
+ * ss_model_sgd_step() - forward, backward and an SGD update of @params in
+ * place (lock-free: Hogwild), on the mean log loss of @n examples.  Only the
+ * table rows the batch uses are touched.  Returns that mean log loss.
+ */
+double ss_model_sgd_step(const struct ss_model_config *config, float *params,
+			 struct ss_model_work *work,
+			 const struct ss_example *examples, int n, float lr);
+
 /* Metrics over predictions p (probabilities) and labels y. */
 struct ss_metrics {
 	uint64_t count;

@@ -1,0 +1,465 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The DLRM-shaped CTR model: bottom MLP over the dense features, one
+ * embedding table per categorical feature, pairwise dot products of the 27
+ * vectors (bottom output and 26 embeddings), top MLP, sigmoid, binary
+ * cross-entropy.  Forward and backward of the MLPs go through BLIS
+ * (dense.c); the interaction and the sparse table updates are plain loops.
+ *
+ * Layout of the flat parameter array: for each bottom layer then each top
+ * layer, W (out x in) then b (out); then the 26 tables, hash_size x emb_dim
+ * each.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/train.h"
+
+#define SS_VECS (1 + SS_SPARSE) /* bottom output and the embeddings */
+#define SS_PAIRS (SS_VECS * (SS_VECS - 1) / 2)
+
+void ss_model_config_init(struct ss_model_config *c)
+{
+	static const int bottom[] = { 13, 512, 256, 64, 16 };
+	static const int top[] = { 512, 256, 1 };
+
+	memset(c, 0, sizeof(*c));
+	c->emb_dim = 16;
+	c->n_bottom = 5;
+	memcpy(c->bottom, bottom, sizeof(bottom));
+	c->n_top = 3;
+	memcpy(c->top, top, sizeof(top));
+	c->hash_size = 100000;
+}
+
+int ss_model_layers_parse(const char *option, const char *text, int *sizes,
+			  int *n)
+{
+	char copy[256], *tok, *save = NULL;
+	int k = 0;
+
+	snprintf(copy, sizeof(copy), "%s", text ? text : "");
+	for (tok = strtok_r(copy, "-", &save); tok;
+	     tok = strtok_r(NULL, "-", &save)) {
+		long v;
+		int rc;
+
+		if (k == SS_MAX_LAYERS + 1)
+			return ss_error_set(SS_EUSAGE, "too many layers",
+					    "at most 8 layers", "%s '%s'",
+					    option, text);
+		rc = ss_parse_long(option, tok, 1, 65536, &v);
+		if (rc < 0)
+			return rc;
+		sizes[k++] = (int)v;
+	}
+	if (k == 0)
+		return ss_error_set(
+			SS_EUSAGE, "no sizes",
+			"write the sizes with dashes, e.g. 13-512-256-64-16",
+			"%s", option);
+	*n = k;
+	return 0;
+}
+
+int ss_model_top_input(const struct ss_model_config *c)
+{
+	return c->emb_dim + SS_PAIRS;
+}
+
+int ss_model_check(const struct ss_model_config *c)
+{
+	if (c->n_bottom < 2 || c->bottom[0] != SS_DENSE)
+		return ss_error_set(
+			SS_EUSAGE, "the bottom MLP takes the 13 dense features",
+			"start --bottom with 13", "--bottom");
+	if (c->bottom[c->n_bottom - 1] != c->emb_dim)
+		return ss_error_set(
+			SS_EUSAGE,
+			"the bottom MLP must end at the embedding size",
+			"end --bottom with --emb-dim",
+			"--bottom ending at %d, --emb-dim %d",
+			c->bottom[c->n_bottom - 1], c->emb_dim);
+	if (c->n_top < 1 || c->top[c->n_top - 1] != 1)
+		return ss_error_set(SS_EUSAGE, "the top MLP ends at one output",
+				    "end --top with 1", "--top");
+	if (c->hash_size == 0)
+		return ss_error_set(SS_EUSAGE, "no rows", NULL,
+				    "--hash-size 0");
+	return 0;
+}
+
+/* The in/out sizes of layer @l of the bottom MLP then the top MLP. */
+static void ss_layer_shape(const struct ss_model_config *c, int l, int *in,
+			   int *out)
+{
+	int nb = c->n_bottom - 1;
+
+	if (l < nb) {
+		*in = c->bottom[l];
+		*out = c->bottom[l + 1];
+	} else if (l == nb) {
+		*in = ss_model_top_input(c);
+		*out = c->top[0];
+	} else {
+		*in = c->top[l - nb - 1];
+		*out = c->top[l - nb];
+	}
+}
+
+static int ss_layers(const struct ss_model_config *c)
+{
+	return c->n_bottom - 1 + c->n_top;
+}
+
+size_t ss_model_dense_len(const struct ss_model_config *c)
+{
+	size_t n = 0;
+
+	for (int l = 0; l < ss_layers(c); l++) {
+		int in, out;
+
+		ss_layer_shape(c, l, &in, &out);
+		n += (size_t)out * (size_t)in + (size_t)out;
+	}
+	return n;
+}
+
+size_t ss_model_len(const struct ss_model_config *c)
+{
+	return ss_model_dense_len(c) +
+	       (size_t)SS_SPARSE * c->hash_size * (size_t)c->emb_dim;
+}
+
+/* Layer @l as a dense layer over @params. */
+static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
+				int l)
+{
+	struct ss_dense d = { 0 };
+	size_t off = 0;
+
+	for (int k = 0; k <= l; k++) {
+		ss_layer_shape(c, k, &d.in, &d.out);
+		if (k < l)
+			off += (size_t)d.out * (size_t)d.in + (size_t)d.out;
+	}
+	d.w = params + off;
+	d.b = d.w + (size_t)d.out * (size_t)d.in;
+	/* ReLU everywhere but on the model's output */
+	d.relu = l != ss_layers(c) - 1;
+	return d;
+}
+
+static uint64_t ss_mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+static float ss_normal(uint64_t *s)
+{
+	double u1, u2;
+
+	*s = ss_mix64(*s);
+	u1 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+	*s = ss_mix64(*s);
+	u2 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
+	return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void ss_model_init(const struct ss_model_config *c, float *params,
+		   uint64_t seed)
+{
+	uint64_t s = ss_mix64(seed ^ 0x5eed);
+	size_t dense = ss_model_dense_len(c), n = ss_model_len(c);
+	float bound = (float)sqrt(1.0 / c->hash_size);
+
+	for (int l = 0; l < ss_layers(c); l++) {
+		struct ss_dense d = ss_layer(c, params, l);
+		float sw = (float)sqrt(2.0 / (d.in + d.out));
+		float sb = (float)sqrt(1.0 / d.out);
+
+		for (size_t i = 0; i < (size_t)d.out * (size_t)d.in; i++)
+			d.w[i] = sw * ss_normal(&s);
+		for (int i = 0; i < d.out; i++)
+			d.b[i] = sb * ss_normal(&s);
+	}
+	for (size_t i = dense; i < n; i++) {
+		s = ss_mix64(s);
+		params[i] =
+			bound *
+			(float)(2.0 * ((double)(s >> 11) / 9007199254740992.0) -
+				1.0);
+	}
+}
+
+/*
+ * A trainer's scratch.  in[l] is the input of layer l (batch x in); the
+ * bottom MLP's output is z and the model's output the logits.
+ */
+struct ss_model_work {
+	int batch;
+	float **in;
+	float *z, *logits, *p;
+	float *grad, *grad2; /* activation gradients, batch x widest */
+	float *dw, *db; /* one layer's weight gradients */
+	float *dz; /* batch x emb_dim */
+	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
+	uint32_t *rows; /* batch x 26 */
+};
+
+int ss_model_work_create(struct ss_model_work **out,
+			 const struct ss_model_config *c, int batch)
+{
+	struct ss_model_work *w = calloc(1, sizeof(*w));
+	int layers = ss_layers(c), widest = ss_model_top_input(c);
+	size_t biggest = 0, nd = (size_t)batch * (size_t)c->emb_dim;
+	bool ok;
+
+	*out = NULL;
+	if (!w)
+		return ss_error_set(-ENOMEM, NULL, NULL, "model scratch");
+	w->batch = batch;
+	w->in = calloc((size_t)layers, sizeof(float *));
+	ok = w->in != NULL;
+	for (int l = 0; ok && l < layers; l++) {
+		int in, o;
+
+		ss_layer_shape(c, l, &in, &o);
+		widest = in > widest ? in : widest;
+		widest = o > widest ? o : widest;
+		if ((size_t)in * (size_t)o > biggest)
+			biggest = (size_t)in * (size_t)o;
+		w->in[l] = malloc((size_t)batch * (size_t)in * sizeof(float));
+		ok = w->in[l] != NULL;
+	}
+	if (ok) {
+		w->z = malloc(nd * sizeof(float));
+		w->dz = malloc(nd * sizeof(float));
+		w->logits = malloc((size_t)batch * sizeof(float));
+		w->p = malloc((size_t)batch * sizeof(float));
+		w->grad =
+			malloc((size_t)batch * (size_t)widest * sizeof(float));
+		w->grad2 =
+			malloc((size_t)batch * (size_t)widest * sizeof(float));
+		w->dw = malloc(biggest * sizeof(float));
+		w->db = malloc((size_t)widest * sizeof(float));
+		w->emb = malloc(nd * SS_SPARSE * sizeof(float));
+		w->demb = malloc(nd * SS_SPARSE * sizeof(float));
+		w->rows = malloc((size_t)batch * SS_SPARSE * sizeof(uint32_t));
+		ok = w->z && w->dz && w->logits && w->p && w->grad &&
+		     w->grad2 && w->dw && w->db && w->emb && w->demb && w->rows;
+	}
+	if (!ok) {
+		ss_model_work_destroy(&w);
+		return ss_error_set(-ENOMEM, NULL, NULL,
+				    "model scratch for batch %d", batch);
+	}
+	w->batch = batch;
+	*out = w;
+	return 0;
+}
+
+void ss_model_work_destroy(struct ss_model_work **work)
+{
+	struct ss_model_work *w;
+
+	if (!work || !*work)
+		return;
+	w = *work;
+	for (int l = 0; w->in && w->in[l]; l++)
+		free(w->in[l]);
+	free(w->in);
+	free(w->z);
+	free(w->dz);
+	free(w->logits);
+	free(w->p);
+	free(w->grad);
+	free(w->grad2);
+	free(w->dw);
+	free(w->db);
+	free(w->emb);
+	free(w->demb);
+	free(w->rows);
+	free(w);
+	*work = NULL;
+}
+
+/* Table row of categorical feature @j's value @v. */
+static uint32_t ss_row(const struct ss_model_config *c, int j, uint32_t v)
+{
+	return (uint32_t)(ss_mix64(((uint64_t)j << 32) | v) % c->hash_size);
+}
+
+static float *ss_table_row(const struct ss_model_config *c, float *params,
+			   int j, uint32_t row)
+{
+	return params + ss_model_dense_len(c) +
+	       ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
+}
+
+/* Where layer @l writes its output. */
+static float *ss_out(const struct ss_model_config *c, struct ss_model_work *w,
+		     int l)
+{
+	if (l == c->n_bottom - 2)
+		return w->z;
+	if (l == ss_layers(c) - 1)
+		return w->logits;
+	return w->in[l + 1];
+}
+
+/* The 27 vectors of row @r: the bottom output, then the embeddings. */
+static void ss_vectors(const struct ss_model_config *c, float *z, float *emb,
+		       int r, float **vec)
+{
+	vec[0] = z + (size_t)r * (size_t)c->emb_dim;
+	for (int j = 0; j < SS_SPARSE; j++)
+		vec[1 + j] = emb + ((size_t)r * SS_SPARSE + (size_t)j) *
+					   (size_t)c->emb_dim;
+}
+
+static void ss_forward(const struct ss_model_config *c, float *params,
+		       struct ss_model_work *w, const struct ss_example *ex,
+		       int n)
+{
+	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
+	size_t top_in = (size_t)ss_model_top_input(c);
+
+	for (int r = 0; r < n; r++)
+		memcpy(w->in[0] + (size_t)r * SS_DENSE, ex[r].dense,
+		       sizeof(ex[r].dense));
+	for (int l = 0; l < nb; l++) {
+		struct ss_dense d = ss_layer(c, params, l);
+
+		ss_dense_forward(&d, w->in[l], ss_out(c, w, l), n);
+	}
+	/* Interaction: z, then the dot product of every pair of vectors. */
+	for (int r = 0; r < n; r++) {
+		float *vec[SS_VECS], *t = w->in[nb] + (size_t)r * top_in;
+		size_t k = (size_t)D;
+
+		for (int j = 0; j < SS_SPARSE; j++) {
+			uint32_t row = ss_row(c, j, ex[r].sparse[j]);
+
+			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
+			memcpy(w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
+						(size_t)D,
+			       ss_table_row(c, params, j, row),
+			       (size_t)D * sizeof(float));
+		}
+		ss_vectors(c, w->z, w->emb, r, vec);
+		memcpy(t, vec[0], (size_t)D * sizeof(float));
+		for (int a = 1; a < SS_VECS; a++)
+			for (int b = 0; b < a; b++) {
+				float dot = 0;
+
+				for (int i = 0; i < D; i++)
+					dot += vec[a][i] * vec[b][i];
+				t[k++] = dot;
+			}
+	}
+	for (int l = nb; l < layers; l++) {
+		struct ss_dense d = ss_layer(c, params, l);
+
+		ss_dense_forward(&d, w->in[l], ss_out(c, w, l), n);
+	}
+	for (int r = 0; r < n; r++)
+		w->p[r] = 1.0f / (1.0f + expf(-w->logits[r]));
+}
+
+void ss_model_predict(const struct ss_model_config *c, const float *params,
+		      struct ss_model_work *w, const struct ss_example *ex,
+		      int n, float *p)
+{
+	for (int done = 0; done < n; done += w->batch) {
+		int k = n - done < w->batch ? n - done : w->batch;
+
+		/* the forward pass only reads the parameters */
+		ss_forward(c, (float *)params, w, ex + done, k);
+		memcpy(p + done, w->p, (size_t)k * sizeof(float));
+	}
+}
+
+/* Backward through layer @l, then its SGD update; dy in, dx out. */
+static void ss_layer_step(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, int l, float *dy, float *dx,
+			  int n, float lr)
+{
+	struct ss_dense d = ss_layer(c, params, l);
+	size_t nw = (size_t)d.out * (size_t)d.in;
+
+	ss_dense_backward(&d, w->in[l], ss_out(c, w, l), dy, dx, w->dw, w->db,
+			  n);
+	/* Hogwild: straight into the shared replica, no lock */
+	for (size_t i = 0; i < nw; i++)
+		d.w[i] -= lr * w->dw[i];
+	for (int i = 0; i < d.out; i++)
+		d.b[i] -= lr * w->db[i];
+}
+
+double ss_model_sgd_step(const struct ss_model_config *c, float *params,
+			 struct ss_model_work *w, const struct ss_example *ex,
+			 int n, float lr)
+{
+	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
+	size_t top_in = (size_t)ss_model_top_input(c);
+	float *dy = w->grad, *dx = w->grad2, *swap;
+	double loss = 0;
+
+	ss_forward(c, params, w, ex, n);
+	for (int r = 0; r < n; r++) {
+		double q = fmin(fmax(w->p[r], 1e-7), 1 - 1e-7);
+
+		loss -= ex[r].label ? log(q) : log(1 - q);
+		dy[r] = (w->p[r] - ex[r].label) / (float)n; /* d mean BCE */
+	}
+	for (int l = layers - 1; l >= nb; l--) {
+		ss_layer_step(c, params, w, l, dy, dx, n, lr);
+		swap = dy;
+		dy = dx;
+		dx = swap;
+	}
+	/* dy: the gradient of the top input; through the interaction. */
+	memset(w->demb, 0, (size_t)n * SS_SPARSE * (size_t)D * sizeof(float));
+	for (int r = 0; r < n; r++) {
+		const float *g = dy + (size_t)r * top_in;
+		float *vec[SS_VECS], *dvec[SS_VECS];
+		size_t k = (size_t)D;
+
+		ss_vectors(c, w->z, w->emb, r, vec);
+		ss_vectors(c, w->dz, w->demb, r, dvec);
+		memcpy(dvec[0], g, (size_t)D * sizeof(float));
+		for (int a = 1; a < SS_VECS; a++)
+			for (int b = 0; b < a; b++, k++)
+				for (int i = 0; i < D; i++) {
+					dvec[a][i] += g[k] * vec[b][i];
+					dvec[b][i] += g[k] * vec[a][i];
+				}
+	}
+	memcpy(dy, w->dz, (size_t)n * (size_t)D * sizeof(float));
+	for (int l = nb - 1; l >= 0; l--) {
+		ss_layer_step(c, params, w, l, dy, l > 0 ? dx : NULL, n, lr);
+		swap = dy;
+		dy = dx;
+		dx = swap;
+	}
+	/* Only the rows the batch used. */
+	for (int r = 0; r < n; r++)
+		for (int j = 0; j < SS_SPARSE; j++) {
+			float *row = ss_table_row(
+				c, params, j,
+				w->rows[(size_t)r * SS_SPARSE + (size_t)j]);
+			const float *g =
+				w->demb +
+				((size_t)r * SS_SPARSE + (size_t)j) * (size_t)D;
+
+			for (int i = 0; i < D; i++)
+				row[i] -= lr * g[i];
+		}
+	return loss / n;
+}

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* The CTR model: gradients against finite differences, and it learns. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shadowsync/train.h"
+
+/* A model small enough to check every parameter. */
+static void tiny(struct ss_model_config *c)
+{
+	ss_model_config_init(c);
+	c->emb_dim = 2;
+	c->n_bottom = 3;
+	c->bottom[0] = 13;
+	c->bottom[1] = 3;
+	c->bottom[2] = 2;
+	c->n_top = 2;
+	c->top[0] = 4;
+	c->top[1] = 1;
+	c->hash_size = 3;
+}
+
+static void examples(struct ss_example *ex, int n)
+{
+	for (int r = 0; r < n; r++) {
+		ex[r].label = (float)(r % 2);
+		for (int i = 0; i < SS_DENSE; i++)
+			ex[r].dense[i] = (float)sin(r * 7.1 + i * 1.3) + 1.1f;
+		for (int j = 0; j < SS_SPARSE; j++)
+			ex[r].sparse[j] = (uint32_t)(r * 31 + j * 7);
+	}
+}
+
+static double mean_loss(const struct ss_model_config *c, const float *params,
+			struct ss_model_work *w, const struct ss_example *ex,
+			int n)
+{
+	float p[8];
+	double loss = 0;
+
+	ss_model_predict(c, params, w, ex, n, p);
+	for (int r = 0; r < n; r++)
+		loss -= ex[r].label ? log(p[r]) : log(1 - p[r]);
+	return loss / n;
+}
+
+Test(model, config_checks_and_sizes)
+{
+	struct ss_model_config c;
+	int sizes[10], n;
+
+	ss_model_config_init(&c);
+	cr_assert_eq(ss_model_check(&c), 0);
+	cr_assert_eq(ss_model_top_input(&c), 16 + 27 * 26 / 2);
+	cr_assert_eq(ss_model_layers_parse("--bottom", "13-64-16", sizes, &n),
+		     0);
+	cr_assert_eq(n, 3);
+	cr_assert_eq(sizes[1], 64);
+	cr_assert_eq(ss_model_layers_parse("--top", "512-x-1", sizes, &n),
+		     SS_EUSAGE);
+	c.bottom[c.n_bottom - 1] = 8;
+	cr_assert_eq(ss_model_check(&c), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->hint, "--emb-dim"));
+	tiny(&c);
+	cr_assert_eq(ss_model_dense_len(&c),
+		     (size_t)(13 * 3 + 3 + 3 * 2 + 2 + 353 * 4 + 4 + 4 + 1));
+	cr_assert_eq(ss_model_len(&c), ss_model_dense_len(&c) + 26 * 3 * 2);
+}
+
+Test(model, gradients_match_finite_differences)
+{
+	struct ss_model_config c;
+	struct ss_model_work *w;
+	struct ss_example ex[4];
+	float *params, *after;
+	size_t len;
+	int bad = 0, checked = 0;
+	const float eps = 5e-4f;
+
+	tiny(&c);
+	len = ss_model_len(&c);
+	params = malloc(len * sizeof(float));
+	after = malloc(len * sizeof(float));
+	ss_model_init(&c, params, 3);
+	examples(ex, 4);
+	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
+	/* One SGD step with lr 1 moves every parameter by minus its gradient. */
+	memcpy(after, params, len * sizeof(float));
+	ss_model_sgd_step(&c, after, w, ex, 4, 1.0f);
+	for (size_t i = 0; i < len; i++) {
+		float keep = params[i];
+		double up, down, numeric,
+			analytic = (double)params[i] - after[i];
+
+		params[i] = keep + eps;
+		up = mean_loss(&c, params, w, ex, 4);
+		params[i] = keep - eps;
+		down = mean_loss(&c, params, w, ex, 4);
+		params[i] = keep;
+		numeric = (up - down) / (2 * eps);
+		checked++;
+		if (fabs(numeric - analytic) > 2e-3 + 0.05 * fabs(numeric)) {
+			bad++;
+			fprintf(stderr, "param %zu: analytic %g, numeric %g\n",
+				i, analytic, numeric);
+		}
+	}
+	/* A handful may sit on a ReLU's kink, where the quotient lies. */
+	cr_assert_leq(bad, checked / 100, "%d of %d gradients off", bad,
+		      checked);
+	ss_model_work_destroy(&w);
+	free(params);
+	free(after);
+}
+
+Test(model, learns_better_than_the_constant_predictor, .timeout = 120)
+{
+	struct ss_model_config c;
+	struct ss_gen_options g;
+	struct ss_metrics teacher, m;
+	struct ss_model_work *w;
+	struct ss_reader *r;
+	struct ss_example *ex = malloc(30000 * sizeof(*ex));
+	char path[] = "/tmp/ss-model-XXXXXX";
+	float *params, *p = malloc(5000 * sizeof(float)), y[5000];
+	FILE *f;
+	int n = 0, fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	ss_gen_options_init(&g);
+	g.examples = 30000;
+	g.cardinality = 1000;
+	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
+	fclose(f);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	while (n < 30000 && ss_reader_next(r, &ex[n]) == 1)
+		n++;
+	ss_reader_close(&r);
+	unlink(path);
+	cr_assert_eq(n, 30000);
+
+	ss_model_config_init(&c);
+	c.emb_dim = 8;
+	c.n_bottom = 3;
+	c.bottom[1] = 32;
+	c.bottom[2] = 8;
+	c.n_top = 2;
+	c.top[0] = 64;
+	c.top[1] = 1;
+	c.hash_size = 20000;
+	cr_assert_eq(ss_model_check(&c), 0);
+	params = malloc(ss_model_len(&c) * sizeof(float));
+	ss_model_init(&c, params, 1);
+	cr_assert_eq(ss_model_work_create(&w, &c, 64), 0);
+	for (int epoch = 0; epoch < 2; epoch++)
+		for (int i = 0; i + 64 <= 25000; i += 64)
+			ss_model_sgd_step(&c, params, w, ex + i, 64, 0.1f);
+	ss_model_predict(&c, params, w, ex + 25000, 5000, p);
+	for (int i = 0; i < 5000; i++)
+		y[i] = ex[25000 + i].label;
+	cr_assert_eq(ss_metrics_compute(p, y, 5000, &m), 0);
+	fprintf(stderr, "held-out NE %.4f (teacher floor %.4f), AUC %.4f\n",
+		m.ne, teacher.ne, m.auc);
+	cr_assert_lt(m.ne, 0.95, "NE %f: no better than a constant", m.ne);
+	cr_assert_gt(m.auc, 0.7, "AUC %f", m.auc);
+	ss_model_work_destroy(&w);
+	free(params);
+	free(p);
+	free(ex);
+}
