@@ -172,3 +172,100 @@ Test(model, learns_better_than_the_constant_predictor, .timeout = 120)
 	free(p);
 	free(ex);
 }
+
+static void gen_file(char *path, uint64_t examples)
+{
+	struct ss_gen_options g;
+	struct ss_metrics teacher;
+	int fd = mkstemp(path);
+	FILE *f;
+
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	ss_gen_options_init(&g);
+	g.examples = examples;
+	g.cardinality = 1000;
+	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
+	fclose(f);
+}
+
+static void small(struct ss_model_config *c)
+{
+	ss_model_config_init(c);
+	c->emb_dim = 4;
+	c->n_bottom = 3;
+	c->bottom[1] = 16;
+	c->bottom[2] = 4;
+	c->n_top = 2;
+	c->top[0] = 16;
+	c->top[1] = 1;
+	c->hash_size = 5000;
+}
+
+Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
+{
+	char path[] = "/tmp/ss-trainers-XXXXXX";
+	struct ss_model_config c;
+	struct ss_train_options o;
+	struct ss_train_result res;
+	float *params;
+
+	gen_file(path, 10007);
+	small(&c);
+	params = malloc(ss_model_len(&c) * sizeof(float));
+	ss_model_init(&c, params, 2);
+	ss_train_options_init(&o);
+	o.threads = 2;
+	o.batch = 50;
+	o.data = path;
+	cr_assert_eq(ss_train(&c, params, &o, &res), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
+	cr_assert_eq(res.examples, 10007);
+	cr_assert_lt(res.loss_sum / (double)res.examples, 0.6,
+		     "training log loss %f", res.loss_sum / res.examples);
+	/* Two ranks' halves of the bytes read it all too. */
+	o.threads = 3;
+	o.end = 400000;
+	cr_assert_eq(ss_train(&c, params, &o, &res), 0);
+	{
+		uint64_t first = res.examples;
+
+		o.begin = 400000;
+		o.end = 0;
+		cr_assert_eq(ss_train(&c, params, &o, &res), 0);
+		cr_assert_eq(first + res.examples, 10007);
+	}
+	unlink(path);
+	free(params);
+}
+
+Test(trainers, a_bad_line_stops_training_naming_it)
+{
+	char path[] = "/tmp/ss-trainers-XXXXXX";
+	struct ss_model_config c;
+	struct ss_train_options o;
+	struct ss_train_result res;
+	float *params;
+	FILE *f;
+
+	gen_file(path, 300);
+	f = fopen(path, "a");
+	fputs("1\tnot-a-number\n", f);
+	fclose(f);
+	small(&c);
+	params = malloc(ss_model_len(&c) * sizeof(float));
+	ss_model_init(&c, params, 2);
+	ss_train_options_init(&o);
+	o.data = path;
+	cr_assert_eq(ss_train(&c, params, &o, &res), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "trainer 0"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->what, ":301"), "%s",
+		  ss_last_error()->what);
+	o.bad_lines = SS_BAD_LINES_SKIP;
+	cr_assert_eq(ss_train(&c, params, &o, &res), 0);
+	cr_assert_eq(res.examples, 300);
+	cr_assert_eq(res.skipped, 1);
+	unlink(path);
+	free(params);
+}

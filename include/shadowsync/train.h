@@ -163,6 +163,43 @@ double ss_model_sgd_step(const struct ss_model_config *config, float *params,
 			 struct ss_model_work *work,
 			 const struct ss_example *examples, int n, float lr);
 
+struct ss_topo;
+struct ss_plan;
+struct ss_sync;
+
+/* How to train one rank. */
+struct ss_train_options {
+	int threads; /* Hogwild trainer threads */
+	const char *data; /* Criteo-format file */
+	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
+	int batch;
+	float lr;
+	enum ss_bad_lines bad_lines;
+	struct ss_topo *topo; /* with plan: pin trainer i to plan slot 1 + i */
+	const struct ss_plan *plan;
+	struct ss_sync *sync; /* NULL: no synchronization */
+	int sync_every; /* > 0: foreground rounds every k steps per trainer */
+};
+
+struct ss_train_result {
+	uint64_t examples, skipped;
+	double loss_sum; /* for the mean training log loss */
+	double seconds;
+};
+
+/* ss_train_options_init() - 1 thread, batch 128, lr 0.1, bad lines fail. */
+void ss_train_options_init(struct ss_train_options *opts);
+
+/*
+ * ss_train() - one pass over this rank's part of the data by
+ * @opts->threads Hogwild trainers, each on its own slice, updating
+ * @params in place.  Returns 0, or the first trainer's error with its
+ * detail (what, which trainer, why).
+ */
+int ss_train(const struct ss_model_config *config, float *params,
+	     const struct ss_train_options *opts,
+	     struct ss_train_result *result);
+
 /* Metrics over predictions p (probabilities) and labels y. */
 struct ss_metrics {
 	uint64_t count;

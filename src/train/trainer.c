@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Hogwild trainers: T threads, each pinned where the plan puts it, each
+ * reading its own part of this rank's byte range of the data (one pass),
+ * each running SGD steps on the shared replica without any lock.  With a
+ * sync engine they report their iterations (the sync gap), and in the
+ * foreground mode they stop every k steps for a round.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "shadowsync/shadowsync.h"
+
+struct ss_trainer {
+	const struct ss_model_config *config;
+	float *params;
+	const struct ss_train_options *opts;
+	int index;
+	uint64_t begin, end;
+	/* results */
+	uint64_t examples, skipped;
+	double loss_sum;
+	int rc;
+	struct ss_error error; /* the detail of rc, from this thread */
+};
+
+static int ss_trainer_run(struct ss_trainer *t)
+{
+	const struct ss_train_options *o = t->opts;
+	struct ss_model_work *work = NULL;
+	struct ss_reader *reader = NULL;
+	struct ss_example *batch;
+	uint64_t steps = 0;
+	int rc;
+
+	if (o->topo && o->plan && ss_topo_is_this_machine(o->topo) &&
+	    1 + t->index < o->plan->n_slots &&
+	    ss_topo_pin_thread(o->topo, &o->plan->slots[1 + t->index]) < 0)
+		ss_log_warn("trainer %d: not pinned: %s", t->index,
+			    ss_last_error()->why);
+	batch = malloc((size_t)o->batch * sizeof(*batch));
+	if (!batch)
+		return ss_error_set(-ENOMEM, NULL, NULL, "trainer %d",
+				    t->index);
+	rc = ss_model_work_create(&work, t->config, o->batch);
+	if (rc == 0)
+		rc = ss_reader_open(&reader, o->data, t->begin, t->end,
+				    o->bad_lines);
+	while (rc == 0) {
+		int got = 0, more = 1;
+
+		while (got < o->batch &&
+		       (more = ss_reader_next(reader, &batch[got])) == 1)
+			got++;
+		if (more < 0) {
+			rc = more;
+			break;
+		}
+		if (got > 0) {
+			t->loss_sum +=
+				ss_model_sgd_step(t->config, t->params, work,
+						  batch, got, o->lr) *
+				got;
+			t->examples += (uint64_t)got;
+			steps++;
+			if (o->sync)
+				ss_sync_add_iterations(o->sync, 1);
+			if (o->sync && o->sync_every > 0 &&
+			    steps % (uint64_t)o->sync_every == 0)
+				rc = ss_sync_foreground(o->sync);
+		}
+		if (more == 0)
+			break; /* one pass: the range is done */
+	}
+	if (o->sync && o->sync_every > 0)
+		ss_sync_foreground_leave(o->sync);
+	if (reader)
+		t->skipped = ss_reader_skipped(reader);
+	ss_reader_close(&reader);
+	ss_model_work_destroy(&work);
+	free(batch);
+	return rc < 0 ? rc : 0;
+}
+
+static void *ss_trainer_main(void *arg)
+{
+	struct ss_trainer *t = arg;
+
+	t->rc = ss_trainer_run(t);
+	if (t->rc < 0)
+		t->error = *ss_last_error();
+	return NULL;
+}
+
+void ss_train_options_init(struct ss_train_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->threads = 1;
+	o->batch = 128;
+	o->lr = 0.1f;
+	o->bad_lines = SS_BAD_LINES_FAIL;
+}
+
+int ss_train(const struct ss_model_config *config, float *params,
+	     const struct ss_train_options *o, struct ss_train_result *result)
+{
+	struct ss_trainer *t;
+	pthread_t *threads;
+	struct stat st;
+	uint64_t begin = o->begin, end = o->end, start = ss_now_ns();
+	int rc = 0, started = 0;
+
+	memset(result, 0, sizeof(*result));
+	if (o->threads < 1 || o->batch < 1)
+		return ss_error_set(SS_EUSAGE, "must be at least 1", NULL,
+				    "%d trainer threads, batch %d", o->threads,
+				    o->batch);
+	if (stat(o->data, &st) < 0)
+		return ss_error_set(-errno, NULL, "check the --data path",
+				    "data file '%s'", o->data);
+	if (!end || end > (uint64_t)st.st_size)
+		end = (uint64_t)st.st_size;
+	if (o->sync && o->sync_every > 0) {
+		rc = ss_sync_set_trainers(o->sync, o->threads);
+		if (rc < 0)
+			return rc;
+	}
+	t = calloc((size_t)o->threads, sizeof(*t));
+	threads = calloc((size_t)o->threads, sizeof(*threads));
+	if (!t || !threads) {
+		free(t);
+		free(threads);
+		return ss_error_set(-ENOMEM, NULL, NULL, "trainers");
+	}
+	/* Each trainer its own slice of this rank's bytes. */
+	for (int i = 0; i < o->threads; i++) {
+		t[i] = (struct ss_trainer){ .config = config,
+					    .params = params,
+					    .opts = o,
+					    .index = i };
+		t[i].begin = begin +
+			     (end - begin) * (uint64_t)i / (uint64_t)o->threads;
+		t[i].end = begin + (end - begin) * (uint64_t)(i + 1) /
+					   (uint64_t)o->threads;
+		if (pthread_create(&threads[i], NULL, ss_trainer_main, &t[i])) {
+			rc = ss_error_set(-EAGAIN, NULL, NULL,
+					  "starting trainer %d", i);
+			break;
+		}
+		started++;
+	}
+	for (int i = 0; i < started; i++) {
+		pthread_join(threads[i], NULL);
+		result->examples += t[i].examples;
+		result->skipped += t[i].skipped;
+		result->loss_sum += t[i].loss_sum;
+		if (t[i].rc < 0 && rc == 0) {
+			/* the trainer's own detail, into this thread's */
+			rc = ss_error_set(t[i].rc, t[i].error.why,
+					  t[i].error.hint, "trainer %d: %s", i,
+					  t[i].error.what);
+		}
+	}
+	result->seconds = (double)(ss_now_ns() - start) / 1e9;
+	free(t);
+	free(threads);
+	return rc;
+}
