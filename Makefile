@@ -46,7 +46,7 @@ COMMAND := $(O)/bin/shadowsync
 VERBS_TESTS := test_fabric test_sync
 
 # Tests that start threads also run under ThreadSanitizer.
-THREADED_TESTS := test_topo_pin test_sync_threads
+THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 
 .SECONDARY:

@@ -21,9 +21,8 @@
 #include <xmmintrin.h>
 #endif
 
+#include "base/hogwild.h"
 #include "sync_internal.h"
-
-#define SS_HOGWILD __attribute__((no_sanitize("thread")))
 
 SS_HOGWILD void ss__copy(float *restrict dst, const float *restrict src,
 			 size_t n)

@@ -10,11 +10,14 @@
  * layer, W (out x in) then b (out); then the 26 tables, hash_size x emb_dim
  * each.
  */
+#pragma GCC optimize("no-tree-loop-distribute-patterns")
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hogwild.h"
 #include "shadowsync/train.h"
 
 #define SS_VECS (1 + SS_SPARSE) /* bottom output and the embeddings */
@@ -224,7 +227,7 @@ int ss_model_work_create(struct ss_model_work **out,
 	if (!w)
 		return ss_error_set(-ENOMEM, NULL, NULL, "model scratch");
 	w->batch = batch;
-	w->in = calloc((size_t)layers, sizeof(float *));
+	w->in = calloc((size_t)layers + 1, sizeof(float *)); /* NULL-ended */
 	ok = w->in != NULL;
 	for (int l = 0; ok && l < layers; l++) {
 		int in, o;
@@ -323,6 +326,21 @@ static void ss_vectors(const struct ss_model_config *c, float *z, float *emb,
 					   (size_t)c->emb_dim;
 }
 
+/* Copy a table row out of the replica, which other trainers write. */
+SS_HOGWILD static void ss_row_read(float *dst, const float *row, int d)
+{
+	for (int i = 0; i < d; i++)
+		dst[i] = row[i];
+}
+
+/* Apply a row's gradient to the replica, lock-free. */
+SS_HOGWILD static void ss_row_update(float *row, const float *g, int d,
+				     float lr)
+{
+	for (int i = 0; i < d; i++)
+		row[i] -= lr * g[i];
+}
+
 static void ss_forward(const struct ss_model_config *c, float *params,
 		       struct ss_model_work *w, const struct ss_example *ex,
 		       int n)
@@ -347,10 +365,10 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 			uint32_t row = ss_row(c, j, ex[r].sparse[j]);
 
 			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
-			memcpy(w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
-						(size_t)D,
-			       ss_table_row(c, params, j, row),
-			       (size_t)D * sizeof(float));
+			ss_row_read(
+				w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
+						 (size_t)D,
+				ss_table_row(c, params, j, row), D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
 		memcpy(t, vec[0], (size_t)D * sizeof(float));
@@ -386,9 +404,10 @@ void ss_model_predict(const struct ss_model_config *c, const float *params,
 }
 
 /* Backward through layer @l, then its SGD update; dy in, dx out. */
-static void ss_layer_step(const struct ss_model_config *c, float *params,
-			  struct ss_model_work *w, int l, float *dy, float *dx,
-			  int n, float lr)
+SS_HOGWILD static void ss_layer_step(const struct ss_model_config *c,
+				     float *params, struct ss_model_work *w,
+				     int l, float *dy, float *dx, int n,
+				     float lr)
 {
 	struct ss_dense d = ss_layer(c, params, l);
 	size_t nw = (size_t)d.out * (size_t)d.in;
@@ -458,8 +477,7 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 				w->demb +
 				((size_t)r * SS_SPARSE + (size_t)j) * (size_t)D;
 
-			for (int i = 0; i < D; i++)
-				row[i] -= lr * g[i];
+			ss_row_update(row, g, D, lr);
 		}
 	return loss / n;
 }

@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Two Hogwild trainers on one replica, under ThreadSanitizer in `make
+ * check`: their lock-free updates race by design and are annotated
+ * (src/base/hogwild.h); anything else TSan finds fails the test.
+ */
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "scenario.h"
+#include "shadowsync/shadowsync.h"
+
+SCENARIO(train_threads, two_hogwild_trainers_on_one_replica)
+{
+	char path[] = "/tmp/ss-hogwild-XXXXXX";
+	struct ss_gen_options g;
+	struct ss_metrics teacher;
+	struct ss_model_config c;
+	struct ss_train_options o;
+	struct ss_train_result res;
+	float *params;
+	int fd = mkstemp(path), rc;
+	FILE *f;
+
+	check(fd >= 0, "mkstemp");
+	f = fdopen(fd, "w");
+	ss_gen_options_init(&g);
+	g.examples = 2000;
+	g.cardinality = 50; /* few rows: the trainers collide often */
+	check(ss_gen_data(f, &g, &teacher) == 0, "gen");
+	fclose(f);
+	ss_model_config_init(&c);
+	c.emb_dim = 4;
+	c.n_bottom = 3;
+	c.bottom[1] = 8;
+	c.bottom[2] = 4;
+	c.n_top = 2;
+	c.top[0] = 8;
+	c.top[1] = 1;
+	c.hash_size = 64;
+	params = malloc(ss_model_len(&c) * sizeof(float));
+	check(params, "params");
+	ss_model_init(&c, params, 1);
+	ss_train_options_init(&o);
+	o.threads = 2;
+	o.batch = 16;
+	o.data = path;
+	rc = ss_train(&c, params, &o, &res);
+	unlink(path);
+	free(params);
+	check(rc == 0, "%s: %s", ss_last_error()->what, ss_last_error()->why);
+	check(res.examples == 2000, "%llu examples",
+	      (unsigned long long)res.examples);
+	return 0;
+}
