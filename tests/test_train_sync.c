@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The whole of a rank: Hogwild trainers on the replica while the shadow
+ * thread keeps it in sync with the other ranks (processes), over
+ * SS_TEST_TRANSPORT (shm, or verbs inside tools/rxe-vm).
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "ranks.h"
+#include "shadowsync/shadowsync.h"
+
+#define TRAIN 40000
+#define TEST 2000
+
+struct shared {
+	float first[RANKS_MAX][64]; /* the start of each final replica */
+	double ne[RANKS_MAX];
+	uint64_t examples[RANKS_MAX], rounds[RANKS_MAX];
+};
+
+struct job {
+	int world;
+	char path[64];
+	uint64_t split, size; /* training bytes, then test bytes */
+	uint64_t key;
+	int port_base;
+	enum ss_sync_algo algo;
+	struct shared *out;
+};
+
+#define fail_if(cond, ...) rank_fail_if(rank, cond, __VA_ARGS__)
+
+static void config(struct ss_model_config *c)
+{
+	ss_model_config_init(c);
+	c->emb_dim = 4;
+	c->n_bottom = 3;
+	c->bottom[1] = 16;
+	c->bottom[2] = 4;
+	c->n_top = 2;
+	c->top[0] = 16;
+	c->top[1] = 1;
+	c->hash_size = 4000;
+}
+
+static int evaluate(const struct ss_model_config *c, const float *params,
+		    const struct job *job, double *ne)
+{
+	struct ss_example *ex = malloc(TEST * sizeof(*ex));
+	float *p = malloc(TEST * sizeof(float)),
+	      *y = malloc(TEST * sizeof(float));
+	struct ss_model_work *w = NULL;
+	struct ss_reader *r = NULL;
+	struct ss_metrics m;
+	int n = 0, rc = -ENOMEM;
+
+	if (ex && p && y && ss_model_work_create(&w, c, 256) == 0 &&
+	    ss_reader_open(&r, job->path, job->split, 0, SS_BAD_LINES_FAIL) ==
+		    0) {
+		while (n < TEST && ss_reader_next(r, &ex[n]) == 1) {
+			y[n] = ex[n].label;
+			n++;
+		}
+		ss_model_predict(c, params, w, ex, n, p);
+		rc = ss_metrics_compute(p, y, (size_t)n, &m);
+		*ne = m.ne;
+	}
+	ss_reader_close(&r);
+	ss_model_work_destroy(&w);
+	free(ex);
+	free(p);
+	free(y);
+	return rc;
+}
+
+static int rank_main(int rank, void *arg)
+{
+	struct job *job = arg;
+	char buf[RANKS_MAX][64];
+	const char *addrs[RANKS_MAX];
+	struct ss_fabric_options fo;
+	struct ss_sync_options so;
+	struct ss_model_config c;
+	struct ss_train_options to;
+	struct ss_train_result res;
+	struct ss_sync_stats st;
+	struct ss_fabric *f = NULL;
+	struct ss_sync *s = NULL;
+	float *w;
+
+	config(&c);
+	ranks_addrs(job->world, job->port_base, buf, addrs);
+	ss_fabric_options_init(&fo);
+	fo.transport = ranks_transport();
+	fo.rank = rank;
+	fo.world = job->world;
+	fo.addrs = addrs;
+	fo.job_key = job->key;
+	fo.layout_hash = ss_model_len(&c);
+	fo.timeout_ms = 20000;
+	fail_if(ss_fabric_open(&f, &fo), "open");
+	ss_sync_options_init(&so, job->algo);
+	fail_if(ss_sync_create(&s, f, ss_model_len(&c), &so), "sync");
+	w = ss_sync_params(s);
+	ss_model_init(&c, w, 7); /* every rank starts from the same model */
+	fail_if(ss_fabric_connect(f), "connect");
+	fail_if(ss_sync_begin(s), "begin");
+	fail_if(ss_shadow_start(s, NULL, NULL), "shadow");
+	ss_train_options_init(&to);
+	to.threads = 2;
+	to.batch = 32;
+	to.lr = 0.1f;
+	to.data = job->path;
+	to.begin = job->split * (uint64_t)rank / (uint64_t)job->world;
+	to.end = job->split * (uint64_t)(rank + 1) / (uint64_t)job->world;
+	to.sync = s;
+	fail_if(ss_train(&c, w, &to, &res), "train");
+	fail_if(ss_shadow_stop(s), "the shadow thread failed");
+	ss_sync_get_stats(s, &st);
+	/* Line up, and one last round: the replicas become equal. */
+	fail_if(ss_sync_barrier(s), "barrier");
+	fail_if(ss_sync_round(s), "last round");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	fail_if(evaluate(&c, w, job, &job->out->ne[rank]), "evaluate");
+	memcpy(job->out->first[rank], w, sizeof(job->out->first[rank]));
+	job->out->examples[rank] = res.examples;
+	job->out->rounds[rank] = st.rounds;
+	ss_sync_destroy(&s);
+	ss_fabric_close(&f);
+	return 0;
+}
+
+static void run(int world, enum ss_sync_algo algo)
+{
+	struct job job = { .world = world, .algo = algo };
+	struct ss_gen_options g;
+	struct ss_metrics teacher;
+	uint64_t total = 0;
+	FILE *f;
+	int fd, c, lines = 0;
+
+	if (ranks_no_device())
+		cr_skip_test("%s", ranks_no_device());
+	strcpy(job.path, "/tmp/ss-train-sync-XXXXXX");
+	fd = mkstemp(job.path);
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w+");
+	ss_gen_options_init(&g);
+	g.examples = TRAIN + TEST;
+	g.cardinality = 500;
+	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
+	rewind(f);
+	while ((c = fgetc(f)) !=
+	       EOF) { /* the byte where the test lines start */
+		total++;
+		if (c == '\n' && ++lines == TRAIN)
+			job.split = total;
+	}
+	fclose(f);
+	job.out = mmap(NULL, sizeof(*job.out), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	job.key = ((uint64_t)getpid() << 24) ^ ss_now_ns();
+	job.port_base = ranks_port_base();
+	cr_assert_eq(ranks_run(world, rank_main, &job, 150, NULL), 0,
+		     "a rank failed (its message is above)");
+	unlink(job.path);
+	total = 0;
+	for (int r = 0; r < world; r++) {
+		total += job.out->examples[r];
+		cr_assert_gt(job.out->rounds[r], 0, "rank %d ran no round", r);
+		cr_assert_lt(job.out->ne[r], 0.975, "rank %d: NE %f", r,
+			     job.out->ne[r]);
+		/* S-MA's last round leaves every replica at the exact mean;
+		 * elastic averaging only pulls them toward the center. */
+		for (int i = 0; i < 64; i++)
+			cr_assert_float_eq(job.out->first[r][i],
+					   job.out->first[0][i],
+					   algo == SS_SYNC_MA ? 1e-4 : 0.1,
+					   "rank %d parameter %d", r, i);
+	}
+	cr_assert_eq(total, TRAIN, "every training example once");
+	fprintf(stderr, "%d ranks, %s: held-out NE %.4f (teacher floor %.4f)\n",
+		world, ss_sync_algo_name(algo), job.out->ne[0], teacher.ne);
+}
+
+Test(train_sync, two_ranks_with_shadow_ma, .timeout = 200)
+{
+	run(2, SS_SYNC_MA);
+}
+
+Test(train_sync, three_ranks_with_shadow_easgd, .timeout = 200)
+{
+	run(3, SS_SYNC_EASGD);
+}
