@@ -179,6 +179,8 @@ struct ss_train_options {
 	const struct ss_plan *plan;
 	struct ss_sync *sync; /* NULL: no synchronization */
 	int sync_every; /* > 0: foreground rounds every k steps per trainer */
+	/* Optional: examples done so far, added to atomically, for progress */
+	uint64_t *progress;
 };
 
 struct ss_train_result {

@@ -65,6 +65,9 @@ static int ss_trainer_run(struct ss_trainer *t)
 						  batch, got, o->lr) *
 				got;
 			t->examples += (uint64_t)got;
+			if (o->progress)
+				__atomic_fetch_add(o->progress, (uint64_t)got,
+						   __ATOMIC_RELAXED);
 			steps++;
 			if (o->sync)
 				ss_sync_add_iterations(o->sync, 1);

@@ -13,6 +13,8 @@ static const struct {
 } ss_commands[] = {
 	{ "topo", ss_cmd_topo,
 	  "print the placement plan: shadow thread, trainers, replica memory" },
+	{ "train", ss_cmd_train,
+	  "train the CTR model as one rank, the replica kept in sync" },
 	{ "gen-data", ss_cmd_gen_data,
 	  "write synthetic click data from a planted teacher model" },
 };

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* The train command: one rank, two ranks over shm, and its refusals. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/ss-cmd-XXXXXX";
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+
+static void setup(void)
+{
+	char cmd[512];
+
+	strcpy(dir, "/tmp/ss-cmd-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/train.txt --examples 6000 --cardinality 300 >/dev/null && "
+		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --seed 9 >/dev/null",
+		SS_COMMAND, dir, SS_COMMAND, dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(cmd_train, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs a shell command; its output in @out; returns its exit status. */
+static int run(const char *cmd, char *out, size_t size)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n;
+
+	cr_assert_not_null(p);
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	return WEXITSTATUS(pclose(p));
+}
+
+Test(cmd_train, one_rank_trains_and_reports_json)
+{
+	char cmd[1024], out[4096];
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --test %s/test.txt " MODEL
+		 " --threads 1 --sync none --progress 0 --json 2>&1",
+		 SS_COMMAND, dir, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "\"examples\":6000"), "%s", out);
+	cr_assert(strstr(out, "\"test_ne\":"), "%s", out);
+}
+
+Test(cmd_train, two_ranks_over_shm_with_shadow_ma)
+{
+	char cmd[2048], out[8192];
+	int port = 24000 + getpid() % 1000 * 2;
+
+	/* Rank 1 in the background, rank 0 in the foreground; both must
+	 * succeed, each having read half of the examples. */
+	snprintf(
+		cmd, sizeof(cmd),
+		"P=127.0.0.1:%d,127.0.0.1:%d; "
+		"%s train --data %s/train.txt " MODEL
+		" --threads 1 --transport shm --peers $P --rank 1 --progress 0 --json --job-key 77 > %s/r1 2>&1 & "
+		"%s train --data %s/train.txt " MODEL
+		" --threads 1 --transport shm --peers $P --rank 0 --progress 0 --json --job-key 77 2>&1; "
+		"r0=$?; wait $!; r1=$?; cat %s/r1; echo \"status $r0 $r1\"",
+		port, port + 1, SS_COMMAND, dir, dir, SS_COMMAND, dir, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert(strstr(out, "status 0 0"), "%s", out);
+	cr_assert(strstr(out, "\"rank\":0,\"world\":2"), "%s", out);
+	cr_assert(strstr(out, "\"rank\":1,\"world\":2"), "%s", out);
+	cr_assert(strstr(out, "\"sync\":\"ma\""), "%s", out);
+}
+
+Test(cmd_train, refusals_name_the_option)
+{
+	char cmd[1024], out[4096];
+
+	snprintf(cmd, sizeof(cmd), "%s train " MODEL " 2>&1", SS_COMMAND);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert(strstr(out, "error: --data"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --sync allreduce 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert(strstr(out, "ma, easgd, bmuf, gossip"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s train --data %s/nope.txt 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 1, "%s", out);
+	cr_assert(strstr(out, "nope.txt"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --rank 3 --peers a:1,b:2 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert(strstr(out, "--rank 3 of 2 peers"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert(strstr(out, "--sync-every"), "%s", out);
+}

@@ -1,0 +1,647 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: one rank.  Trainer threads train the CTR model on this
+ * rank's share of the data while the shadow thread (or, in the foreground
+ * mode, the trainers every k steps) keeps the replica in sync with the
+ * other ranks; then the held-out metrics and a summary.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+
+static const char ss_train_prog[] = "shadowsync train";
+
+static void ss_train_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync train --data FILE [OPTIONS]\n"
+		"\n"
+		"Train the CTR model on this rank's share of FILE (Criteo format) with\n"
+		"Hogwild trainer threads, keeping the replica in sync with the other ranks.\n"
+		"\n"
+		"data\n"
+		"  --data FILE            training data (each rank reads 1/N of it)\n"
+		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
+		"  --bad-lines P          fail (default) or skip malformed lines\n"
+		"model\n"
+		"  --emb-dim N            embedding size (default 16)\n"
+		"  --bottom SIZES         bottom MLP, 13 first, emb-dim last (13-512-256-64-16)\n"
+		"  --top SIZES            top MLP after the interaction, 1 last (512-256-1)\n"
+		"  --hash-size N          rows per embedding table (default 100000)\n"
+		"  --seed S               model initialization; the same on every rank (1)\n"
+		"training\n"
+		"  --threads N            trainer threads (default: one per core but the shadow's)\n"
+		"  --batch N              mini-batch (default 128)\n"
+		"  --lr X                 SGD learning rate (default 0.1)\n"
+		"  --oversubscribe        allow more trainers than cores\n"
+		"synchronization\n"
+		"  --sync A               ma (default), easgd, bmuf, gossip or none\n"
+		"  --mode M               shadow (default) or foreground\n"
+		"  --sync-every K         foreground: a round every K steps per trainer (10)\n"
+		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
+		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
+		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
+		"cluster\n"
+		"  --rank R               this rank (default 0)\n"
+		"  --peers LIST           host:port of every rank, comma-separated, in rank order\n"
+		"  --transport T          verbs, shm or auto (default auto)\n"
+		"  --device NAME          RDMA device ($SS_DEVICE)\n"
+		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
+		"  --job-key K            refuse peers of another job ($SS_JOB_KEY; default 1)\n"
+		"output\n"
+		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
+		"  --json                 print the summary as JSON\n"
+		"  -v, --verbose          log at debug level\n"
+		"  -h, --help             this help\n");
+}
+
+enum {
+	OPT_DATA = 256,
+	OPT_TEST,
+	OPT_BAD_LINES,
+	OPT_EMB,
+	OPT_BOTTOM,
+	OPT_TOP,
+	OPT_HASH,
+	OPT_SEED,
+	OPT_THREADS,
+	OPT_BATCH,
+	OPT_LR,
+	OPT_OVERSUB,
+	OPT_SYNC,
+	OPT_MODE,
+	OPT_EVERY,
+	OPT_ALPHA,
+	OPT_ETA,
+	OPT_ZETA,
+	OPT_BETA,
+	OPT_MAX_ROUNDS,
+	OPT_ROUND_TIMEOUT,
+	OPT_RANK,
+	OPT_PEERS,
+	OPT_TRANSPORT,
+	OPT_DEVICE,
+	OPT_GID,
+	OPT_JOB_KEY,
+	OPT_PROGRESS,
+	OPT_JSON,
+};
+
+struct ss_train_cmd {
+	struct ss_model_config model;
+	struct ss_train_options train;
+	struct ss_sync_options sync;
+	struct ss_fabric_options fabric;
+	const char *test;
+	char *peers; /* owned copy of --peers */
+	const char **addrs;
+	long threads;
+	bool oversubscribe, foreground, json;
+	long seed, progress;
+};
+
+static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
+{
+	static const struct option options[] = {
+		{ "data", required_argument, NULL, OPT_DATA },
+		{ "test", required_argument, NULL, OPT_TEST },
+		{ "bad-lines", required_argument, NULL, OPT_BAD_LINES },
+		{ "emb-dim", required_argument, NULL, OPT_EMB },
+		{ "bottom", required_argument, NULL, OPT_BOTTOM },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ "hash-size", required_argument, NULL, OPT_HASH },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "lr", required_argument, NULL, OPT_LR },
+		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
+		{ "sync", required_argument, NULL, OPT_SYNC },
+		{ "mode", required_argument, NULL, OPT_MODE },
+		{ "sync-every", required_argument, NULL, OPT_EVERY },
+		{ "alpha", required_argument, NULL, OPT_ALPHA },
+		{ "eta", required_argument, NULL, OPT_ETA },
+		{ "zeta", required_argument, NULL, OPT_ZETA },
+		{ "beta", required_argument, NULL, OPT_BETA },
+		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
+		{ "round-timeout-ms", required_argument, NULL,
+		  OPT_ROUND_TIMEOUT },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "transport", required_argument, NULL, OPT_TRANSPORT },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "gid-index", required_argument, NULL, OPT_GID },
+		{ "job-key", required_argument, NULL, OPT_JOB_KEY },
+		{ "progress", required_argument, NULL, OPT_PROGRESS },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const char *const modes[] = { "shadow", "foreground", NULL };
+	const char *key = getenv("SS_JOB_KEY");
+	long v;
+	double d;
+	int opt, i, rc = 0;
+
+	ss_model_config_init(&c->model);
+	ss_train_options_init(&c->train);
+	ss_sync_options_init(&c->sync, SS_SYNC_MA);
+	ss_fabric_options_init(&c->fabric);
+	c->train.sync_every = 10;
+	c->fabric.job_key = 1;
+	c->seed = 1;
+	c->progress = 5;
+	if (key && *key &&
+	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
+		c->fabric.job_key = (uint64_t)v;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "vh", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_DATA:
+			c->train.data = optarg;
+			break;
+		case OPT_TEST:
+			c->test = optarg;
+			break;
+		case OPT_BAD_LINES:
+			rc = ss_bad_lines_parse("--bad-lines", optarg,
+						&c->train.bad_lines);
+			break;
+		case OPT_EMB:
+			rc = ss_parse_long("--emb-dim", optarg, 1, 1024, &v);
+			c->model.emb_dim = (int)v;
+			break;
+		case OPT_BOTTOM:
+			rc = ss_model_layers_parse("--bottom", optarg,
+						   c->model.bottom,
+						   &c->model.n_bottom);
+			break;
+		case OPT_TOP:
+			rc = ss_model_layers_parse(
+				"--top", optarg, c->model.top, &c->model.n_top);
+			break;
+		case OPT_HASH:
+			rc = ss_parse_long("--hash-size", optarg, 1, 1L << 30,
+					   &v);
+			c->model.hash_size = (uint32_t)v;
+			break;
+		case OPT_SEED:
+			rc = ss_parse_long("--seed", optarg, 0, LONG_MAX,
+					   &c->seed);
+			break;
+		case OPT_THREADS:
+			rc = ss_parse_long("--threads", optarg, 1, 1024,
+					   &c->threads);
+			break;
+		case OPT_BATCH:
+			rc = ss_parse_long("--batch", optarg, 1, 65536, &v);
+			c->train.batch = (int)v;
+			break;
+		case OPT_LR:
+			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
+			c->train.lr = (float)d;
+			break;
+		case OPT_OVERSUB:
+			c->oversubscribe = true;
+			break;
+		case OPT_SYNC:
+			rc = ss_sync_algo_parse("--sync", optarg,
+						&c->sync.algo);
+			break;
+		case OPT_MODE:
+			rc = ss_parse_choice("--mode", optarg, modes, &i);
+			c->foreground = i == 1;
+			break;
+		case OPT_EVERY:
+			rc = ss_parse_long("--sync-every", optarg, 1, 1L << 30,
+					   &v);
+			c->train.sync_every = (int)v;
+			break;
+		case OPT_ALPHA:
+			rc = ss_parse_double("--alpha", optarg, 1e-6, 1,
+					     &c->sync.alpha);
+			break;
+		case OPT_ETA:
+			rc = ss_parse_double("--eta", optarg, 0, 0.999,
+					     &c->sync.eta);
+			break;
+		case OPT_ZETA:
+			rc = ss_parse_double("--zeta", optarg, 1e-6, 10,
+					     &c->sync.zeta);
+			break;
+		case OPT_BETA:
+			rc = ss_parse_double("--beta", optarg, 1e-6, 1,
+					     &c->sync.beta);
+			break;
+		case OPT_MAX_ROUNDS:
+			rc = ss_parse_double("--max-rounds-per-s", optarg,
+					     0.001, 1e9,
+					     &c->sync.max_rounds_per_s);
+			break;
+		case OPT_ROUND_TIMEOUT:
+			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
+					   3600000, &v);
+			c->sync.round_timeout_ms = (unsigned)v;
+			break;
+		case OPT_RANK:
+			rc = ss_parse_long("--rank", optarg, 0,
+					   SS_FABRIC_MAX_PEERS - 1, &v);
+			c->fabric.rank = (int)v;
+			break;
+		case OPT_PEERS:
+			c->peers = strdup(optarg);
+			break;
+		case OPT_TRANSPORT:
+			rc = ss_transport_parse("--transport", optarg,
+						&c->fabric.transport);
+			break;
+		case OPT_DEVICE:
+			c->fabric.device = optarg;
+			break;
+		case OPT_GID:
+			rc = ss_parse_long("--gid-index", optarg, 0, 255, &v);
+			c->fabric.gid_index = (int)v;
+			break;
+		case OPT_JOB_KEY:
+			rc = ss_parse_long("--job-key", optarg, 0, LONG_MAX,
+					   &v);
+			c->fabric.job_key = (uint64_t)v;
+			break;
+		case OPT_PROGRESS:
+			rc = ss_parse_long("--progress", optarg, 0, 86400,
+					   &c->progress);
+			break;
+		case OPT_JSON:
+			c->json = true;
+			break;
+		case 'v':
+			ss_log_set_level(SS_LOG_DEBUG);
+			break;
+		case 'h':
+			ss_train_usage(stdout);
+			return 1;
+		default:
+			return ss_error_set(
+				SS_EUSAGE, "unknown option",
+				"'shadowsync train --help' lists the options",
+				"%s", argv[optind - 1]);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	if (optind < argc)
+		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
+				    "'%s'", argv[optind]);
+	if (!c->train.data)
+		return ss_error_set(SS_EUSAGE, "it is required",
+				    "give the training data: --data FILE",
+				    "--data");
+	return ss_model_check(&c->model);
+}
+
+/* --peers "h:p,h:p": the world is its length; none: a world of one. */
+static int ss_train_peers(struct ss_train_cmd *c)
+{
+	static char alone[64];
+	char *save = NULL, *tok;
+	int n = 0;
+
+	if (!c->peers) {
+		snprintf(alone, sizeof(alone), "127.0.0.1:%d",
+			 20000 + (int)(getpid() % 20000));
+		c->addrs = calloc(1, sizeof(char *));
+		if (!c->addrs)
+			return -ENOMEM;
+		c->addrs[0] = alone;
+		c->fabric.world = 1;
+		if (c->fabric.rank != 0)
+			return ss_error_set(
+				SS_EUSAGE, "there is no --peers list",
+				"give --peers host:port,... for every rank",
+				"--rank %d", c->fabric.rank);
+		c->fabric.addrs = c->addrs;
+		return 0;
+	}
+	c->addrs = calloc(SS_FABRIC_MAX_PEERS, sizeof(char *));
+	if (!c->addrs)
+		return -ENOMEM;
+	for (tok = strtok_r(c->peers, ",", &save);
+	     tok && n < SS_FABRIC_MAX_PEERS; tok = strtok_r(NULL, ",", &save))
+		c->addrs[n++] = tok;
+	c->fabric.world = n;
+	c->fabric.addrs = c->addrs;
+	if (c->fabric.rank >= n)
+		return ss_error_set(SS_EUSAGE, "not in the peer list",
+				    "ranks count from 0 in --peers order",
+				    "--rank %d of %d peers", c->fabric.rank, n);
+	return 0;
+}
+
+/* FNV-1a over the model's sizes: peers with another model are refused. */
+static uint64_t ss_layout_hash(const struct ss_model_config *m)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	int v[4 + 2 * (SS_MAX_LAYERS + 1)], n = 0;
+
+	v[n++] = m->emb_dim;
+	v[n++] = (int)m->hash_size;
+	for (int i = 0; i < m->n_bottom; i++)
+		v[n++] = m->bottom[i];
+	v[n++] = -1;
+	for (int i = 0; i < m->n_top; i++)
+		v[n++] = m->top[i];
+	for (int i = 0; i < n; i++)
+		h = (h ^ (uint64_t)(uint32_t)v[i]) * 0x100000001b3ull;
+	return h;
+}
+
+struct ss_progress {
+	struct ss_train_cmd *c;
+	struct ss_sync *sync;
+	uint64_t examples;
+	bool stop;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+};
+
+static void *ss_progress_main(void *arg)
+{
+	struct ss_progress *p = arg;
+	uint64_t start = ss_now_ns();
+	struct timespec until;
+
+	pthread_mutex_lock(&p->lock);
+	clock_gettime(CLOCK_REALTIME, &until);
+	for (;;) {
+		uint64_t ex;
+		double secs;
+
+		until.tv_sec += p->c->progress;
+		while (!p->stop &&
+		       pthread_cond_timedwait(&p->cond, &p->lock, &until) == 0)
+			;
+		if (p->stop)
+			break;
+		ex = __atomic_load_n(&p->examples, __ATOMIC_RELAXED);
+		secs = (double)(ss_now_ns() - start) / 1e9;
+		fprintf(stderr,
+			"rank %d: %.0f s: %" PRIu64
+			" examples, %.0f/s (%.0f/s per trainer)",
+			p->c->fabric.rank, secs, ex, (double)ex / secs,
+			(double)ex / secs / p->c->train.threads);
+		if (p->sync) {
+			struct ss_sync_stats st;
+
+			ss_sync_get_stats(p->sync, &st);
+			fprintf(stderr,
+				"; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
+				st.rounds, st.rounds_per_s, st.sync_gap);
+		}
+		fputc('\n', stderr);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static int ss_evaluate(const struct ss_model_config *m, const float *params,
+		       const char *path, enum ss_bad_lines bad,
+		       struct ss_metrics *out)
+{
+	struct ss_model_work *w = NULL;
+	struct ss_reader *r = NULL;
+	struct ss_example batch[256];
+	float *p = NULL, *y = NULL;
+	size_t n = 0, cap = 0;
+	int rc, got;
+
+	rc = ss_model_work_create(&w, m, 256);
+	if (rc == 0)
+		rc = ss_reader_open(&r, path, 0, 0, bad);
+	while (rc == 0) {
+		for (got = 0;
+		     got < 256 && (rc = ss_reader_next(r, &batch[got])) == 1;
+		     got++)
+			;
+		if (rc < 0 || got == 0)
+			break;
+		rc = 0;
+		if (n + (size_t)got > cap) {
+			float *np, *ny;
+
+			cap = cap ? 2 * cap : 65536;
+			np = realloc(p, cap * sizeof(float));
+			ny = realloc(y, cap * sizeof(float));
+			if (np)
+				p = np;
+			if (ny)
+				y = ny;
+			if (!np || !ny) {
+				rc = ss_error_set(-ENOMEM, NULL, NULL,
+						  "evaluating");
+				break;
+			}
+		}
+		ss_model_predict(m, params, w, batch, got, p + n);
+		for (int i = 0; i < got; i++)
+			y[n + (size_t)i] = batch[i].label;
+		n += (size_t)got;
+	}
+	if (rc == 0 && n == 0)
+		rc = ss_error_set(SS_EPARSE, "no examples", NULL,
+				  "test file '%s'", path);
+	if (rc == 0)
+		rc = ss_metrics_compute(p, y, n, out);
+	ss_reader_close(&r);
+	ss_model_work_destroy(&w);
+	free(p);
+	free(y);
+	return rc;
+}
+
+int ss_cmd_train(int argc, char **argv)
+{
+	struct ss_train_cmd c = { 0 };
+	struct ss_topo *topo = NULL;
+	struct ss_plan *plan = NULL;
+	struct ss_plan_request req = { 0 };
+	struct ss_fabric *fabric = NULL;
+	struct ss_sync *sync = NULL;
+	struct ss_train_result res = { 0 };
+	struct ss_metrics test = { 0 };
+	struct ss_progress prog = { .lock = PTHREAD_MUTEX_INITIALIZER,
+				    .cond = PTHREAD_COND_INITIALIZER };
+	pthread_t prog_thread;
+	bool prog_started = false, shadow = false;
+	struct stat st;
+	float *params = NULL;
+	size_t len = 0;
+	int rc = ss_train_parse(argc, argv, &c);
+
+	if (rc == 1)
+		return SS_EXIT_OK;
+	if (rc == 0)
+		rc = ss_train_peers(&c);
+	if (rc == 0 && stat(c.train.data, &st) < 0)
+		rc = ss_error_set(-errno, NULL, "check the --data path",
+				  "data file '%s'", c.train.data);
+	if (rc < 0)
+		goto out;
+	len = ss_model_len(&c.model);
+
+	/* Where the threads go. */
+	req.trainers = (int)c.threads;
+	req.device = c.fabric.device;
+	req.oversubscribe = c.oversubscribe;
+	rc = ss_topo_open(&topo, NULL);
+	if (rc == 0)
+		rc = ss_topo_plan(topo, &req, &plan);
+	if (rc < 0)
+		goto out;
+	c.train.threads = plan->trainers;
+	ss_log_info("plan: %d trainers; %s", plan->trainers, plan->note);
+
+	if (c.sync.algo != SS_SYNC_NONE) {
+		c.fabric.layout_hash = ss_layout_hash(&c.model);
+		c.sync.topo = topo;
+		c.sync.numa = plan->replica_numa;
+		rc = ss_fabric_open(&fabric, &c.fabric);
+		if (rc == 0)
+			rc = ss_sync_create(&sync, fabric, len, &c.sync);
+		if (rc < 0)
+			goto out;
+		params = ss_sync_params(sync);
+	} else {
+		rc = ss_topo_alloc(topo, plan->replica_numa,
+				   len * sizeof(float), (void **)&params);
+		if (rc < 0)
+			goto out;
+	}
+	ss_model_init(&c.model, params, (uint64_t)c.seed);
+	if (sync) {
+		rc = ss_fabric_connect(fabric);
+		if (rc == 0)
+			rc = ss_sync_begin(sync);
+		if (rc < 0)
+			goto out;
+		if (c.foreground) {
+			c.train.sync = sync;
+		} else {
+			c.train.sync = sync;
+			c.train.sync_every = 0;
+			rc = ss_shadow_start(sync, topo, &plan->slots[0]);
+			if (rc < 0)
+				goto out;
+			shadow = true;
+		}
+	}
+	/* This rank's share of the bytes. */
+	c.train.begin = (uint64_t)st.st_size * (uint64_t)c.fabric.rank /
+			(uint64_t)c.fabric.world;
+	c.train.end = (uint64_t)st.st_size * (uint64_t)(c.fabric.rank + 1) /
+		      (uint64_t)c.fabric.world;
+	c.train.topo = topo;
+	c.train.plan = plan;
+	c.train.progress = &prog.examples;
+	if (!c.foreground)
+		c.train.sync_every = 0;
+	prog.c = &c;
+	prog.sync = sync;
+	if (c.progress > 0 &&
+	    pthread_create(&prog_thread, NULL, ss_progress_main, &prog) == 0)
+		prog_started = true;
+	rc = ss_train(&c.model, params, &c.train, &res);
+	if (prog_started) {
+		pthread_mutex_lock(&prog.lock);
+		prog.stop = true;
+		pthread_cond_signal(&prog.cond);
+		pthread_mutex_unlock(&prog.lock);
+		pthread_join(prog_thread, NULL);
+	}
+	if (shadow) {
+		int src = ss_shadow_stop(sync);
+
+		if (rc == 0)
+			rc = src;
+	}
+	if (rc < 0)
+		goto out;
+	/* All ranks done: S-MA and S-BMUF end on one exact average. */
+	if (sync) {
+		rc = ss_sync_barrier(sync);
+		if (rc == 0 &&
+		    (c.sync.algo == SS_SYNC_MA || c.sync.algo == SS_SYNC_BMUF))
+			rc = ss_sync_round(sync);
+		if (rc == 0)
+			rc = ss_sync_barrier(sync);
+		if (rc < 0)
+			goto out;
+	}
+	if (c.test)
+		rc = ss_evaluate(&c.model, params, c.test, c.train.bad_lines,
+				 &test);
+	if (rc < 0)
+		goto out;
+
+	if (c.json) {
+		printf("{\"rank\":%d,\"world\":%d,\"examples\":%" PRIu64
+		       ",\"skipped\":%" PRIu64
+		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
+		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\"",
+		       c.fabric.rank, c.fabric.world, res.examples, res.skipped,
+		       res.seconds, (double)res.examples / res.seconds,
+		       res.examples ? res.loss_sum / (double)res.examples : 0,
+		       ss_sync_algo_name(c.sync.algo),
+		       c.foreground ? "foreground" : "shadow");
+		if (c.test)
+			printf(",\"test_ne\":%.6f,\"test_auc\":%.6f,\"test_calibration\":%.6f",
+			       test.ne, test.auc, test.calibration);
+		if (sync) {
+			struct ss_sync_stats s;
+
+			ss_sync_get_stats(sync, &s);
+			printf(",\"rounds\":%" PRIu64
+			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64,
+			       s.rounds, s.rounds_per_s, s.sync_gap,
+			       s.peers_left_out);
+		}
+		printf("}\n");
+	} else {
+		printf("rank %d of %d: %" PRIu64
+		       " examples in %.1f s (%.0f/s), training log loss %.4f\n",
+		       c.fabric.rank, c.fabric.world, res.examples, res.seconds,
+		       (double)res.examples / res.seconds,
+		       res.examples ? res.loss_sum / (double)res.examples : 0);
+		if (res.skipped)
+			printf("skipped %" PRIu64 " malformed lines\n",
+			       res.skipped);
+		if (c.test)
+			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f\n",
+			       test.ne, test.auc, test.calibration);
+		if (sync)
+			ss_sync_print_stats(sync, stdout);
+	}
+out:
+	if (rc < 0)
+		ss_error_print(stderr, ss_train_prog, rc);
+	ss_sync_destroy(&sync);
+	ss_fabric_close(&fabric);
+	/* with a sync engine the replica is its memory */
+	if (c.sync.algo == SS_SYNC_NONE && params)
+		ss_topo_free(params, len * sizeof(float));
+	ss_plan_free(&plan);
+	ss_topo_close(&topo);
+	free(c.addrs);
+	free(c.peers);
+	return rc == SS_EUSAGE ? SS_EXIT_USAGE :
+	       rc < 0	       ? SS_EXIT_FAILURE :
+				 SS_EXIT_OK;
+}
