@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/mix.h"
 #include "shadowsync/train.h"
 
 #define SS_GEN_DIM 4 /* teacher embedding size for the interactions */
@@ -24,18 +25,9 @@ void ss_gen_options_init(struct ss_gen_options *o)
 	o->cardinality = 10000;
 }
 
-static uint64_t ss_mix(uint64_t x)
-{
-	/* splitmix64: a good, cheap, stateless mixer */
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 static double ss_uniform(uint64_t *state)
 {
-	*state = ss_mix(*state);
+	*state = ss__mix64(*state);
 	return ((double)(*state >> 11) + 0.5) / 9007199254740992.0;
 }
 
@@ -49,8 +41,9 @@ static double ss_gauss(uint64_t *state)
 /* The teacher's parameters are functions of (seed, what, field, value). */
 static double ss_param(uint64_t seed, int what, int field, uint64_t value)
 {
-	uint64_t s = ss_mix(seed ^ ss_mix(((uint64_t)what << 56) ^
-					  ((uint64_t)field << 40) ^ value));
+	uint64_t s =
+		ss__mix64(seed ^ ss__mix64(((uint64_t)what << 56) ^
+					   ((uint64_t)field << 40) ^ value));
 
 	return ss_gauss(&s);
 }
@@ -98,9 +91,9 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		v[j] = ss_zipf_draw(t, rng);
 		empty[SS_DENSE + j] = ss_uniform(rng) < 0.03;
 		/* the value as written: a hash, never 0 (the empty value) */
-		vals[j] =
-			(uint32_t)ss_mix(t->seed ^ ((uint64_t)j << 32) ^ v[j]) |
-			1;
+		vals[j] = (uint32_t)ss__mix64(t->seed ^ ((uint64_t)j << 32) ^
+					      v[j]) |
+			  1;
 		if (!empty[SS_DENSE + j])
 			z += 0.5 * ss_param(t->seed, 2, j, v[j]);
 	}
@@ -131,7 +124,7 @@ static double ss_calibrate(const struct ss_teacher *t, double ctr)
 	long ints[SS_DENSE];
 	uint32_t vals[SS_SPARSE];
 	bool empty[SS_DENSE + SS_SPARSE];
-	uint64_t rng = ss_mix(t->seed ^ 0xca11b);
+	uint64_t rng = ss__mix64(t->seed ^ 0xca11b);
 
 	if (!z)
 		return 0;
@@ -171,7 +164,7 @@ static void ss_write_example(FILE *out, int label, const long *ints,
 int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 		struct ss_metrics *teacher)
 {
-	struct ss_teacher t = { .seed = ss_mix(o->seed),
+	struct ss_teacher t = { .seed = ss__mix64(o->seed),
 				.cardinality = o->cardinality };
 	float *p, *y;
 	uint64_t rng;
@@ -203,7 +196,7 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 		t.pairs[k][1] = SS_SPARSE - 1 - k;
 	}
 	bias = ss_calibrate(&t, o->ctr);
-	rng = ss_mix(t.seed ^ 0xda7a);
+	rng = ss__mix64(t.seed ^ 0xda7a);
 	for (uint64_t i = 0; i < o->examples; i++) {
 		long ints[SS_DENSE];
 		uint32_t vals[SS_SPARSE];

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "base/hogwild.h"
+#include "base/mix.h"
 #include "shadowsync/train.h"
 
 #define SS_VECS (1 + SS_SPARSE) /* bottom output and the embeddings */
@@ -155,21 +156,13 @@ static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
 	return d;
 }
 
-static uint64_t ss_mix64(uint64_t x)
-{
-	x += 0x9e3779b97f4a7c15ull;
-	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-	return x ^ (x >> 31);
-}
-
 static float ss_normal(uint64_t *s)
 {
 	double u1, u2;
 
-	*s = ss_mix64(*s);
+	*s = ss__mix64(*s);
 	u1 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
-	*s = ss_mix64(*s);
+	*s = ss__mix64(*s);
 	u2 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
 	return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
 }
@@ -177,7 +170,7 @@ static float ss_normal(uint64_t *s)
 void ss_model_init(const struct ss_model_config *c, float *params,
 		   uint64_t seed)
 {
-	uint64_t s = ss_mix64(seed ^ 0x5eed);
+	uint64_t s = ss__mix64(seed ^ 0x5eed);
 	size_t dense = ss_model_dense_len(c), n = ss_model_len(c);
 	float bound = (float)sqrt(1.0 / c->hash_size);
 
@@ -192,7 +185,7 @@ void ss_model_init(const struct ss_model_config *c, float *params,
 			d.b[i] = sb * ss_normal(&s);
 	}
 	for (size_t i = dense; i < n; i++) {
-		s = ss_mix64(s);
+		s = ss__mix64(s);
 		params[i] =
 			bound *
 			(float)(2.0 * ((double)(s >> 11) / 9007199254740992.0) -
@@ -295,7 +288,7 @@ void ss_model_work_destroy(struct ss_model_work **work)
 /* Table row of categorical feature @j's value @v. */
 static uint32_t ss_row(const struct ss_model_config *c, int j, uint32_t v)
 {
-	return (uint32_t)(ss_mix64(((uint64_t)j << 32) | v) % c->hash_size);
+	return (uint32_t)(ss__mix64(((uint64_t)j << 32) | v) % c->hash_size);
 }
 
 static float *ss_table_row(const struct ss_model_config *c, float *params,
