@@ -20,7 +20,7 @@ static void setup(void)
 	snprintf(
 		cmd, sizeof(cmd),
 		"%s gen-data --out %s/train.txt --examples 6000 --cardinality 300 >/dev/null && "
-		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --seed 9 >/dev/null",
+		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --stream 1 >/dev/null",
 		SS_COMMAND, dir, SS_COMMAND, dir);
 	cr_assert_eq(system(cmd), 0);
 }

@@ -307,6 +307,18 @@ Test(data, generator_is_seeded_and_hits_its_click_rate)
 	cr_assert_float_eq(a.calibration, 1.0, 0.08);
 	free(buf1);
 	free(buf2);
+
+	/* Another stream: other examples of the same teacher. */
+	o.stream = 1;
+	f1 = open_memstream(&buf1, &len1);
+	cr_assert_eq(ss_gen_data(f1, &o, &b), 0);
+	fclose(f1);
+	cr_assert(len1 != len2 || memcmp(buf1, buf2, len1) != 0,
+		  "stream 1 repeated stream 0");
+	cr_assert_float_eq(b.ctr, 0.2, 0.015);
+	cr_assert_float_eq(b.ne, a.ne, 0.05, "same teacher, NE %f vs %f", b.ne,
+			   a.ne);
+	free(buf1);
 }
 
 Test(data, gen_data_command_writes_file_and_floor)

@@ -227,6 +227,7 @@ struct ss_gen_options {
 	double ctr; /* the click rate to aim for */
 	double zipf; /* exponent of the categorical values' distribution */
 	uint32_t cardinality; /* distinct values per categorical feature */
+	uint64_t stream; /* which sample of the seed's teacher: 0 train, 1 test */
 };
 
 /* ss_gen_options_init() - 100000 examples, seed 1, CTR 0.25, Zipf 1.1. */

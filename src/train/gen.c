@@ -23,6 +23,7 @@ void ss_gen_options_init(struct ss_gen_options *o)
 	o->ctr = 0.25;
 	o->zipf = 1.1;
 	o->cardinality = 10000;
+	o->stream = 0;
 }
 
 static double ss_uniform(uint64_t *state)
@@ -196,7 +197,8 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 		t.pairs[k][1] = SS_SPARSE - 1 - k;
 	}
 	bias = ss_calibrate(&t, o->ctr);
-	rng = ss__mix64(t.seed ^ 0xda7a);
+	/* the teacher comes from the seed, the examples from the stream too */
+	rng = ss__mix64(t.seed ^ 0xda7a ^ ss__mix64(o->stream));
 	for (uint64_t i = 0; i < o->examples; i++) {
 		long ints[SS_DENSE];
 		uint32_t vals[SS_SPARSE];

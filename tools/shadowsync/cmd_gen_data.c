@@ -25,7 +25,10 @@ static void ss_gen_usage(FILE *out)
 		"\n"
 		"  -o, --out FILE         where to write (required)\n"
 		"  -n, --examples N       examples (default 100000)\n"
-		"  -s, --seed S           seed; the same seed gives the same file (default 1)\n"
+		"  -s, --seed S           the teacher and its sample; the same seed gives\n"
+		"                         the same file (default 1)\n"
+		"  -t, --stream K         another sample of the same teacher: 1 for a\n"
+		"                         held-out file to go with stream 0 (default 0)\n"
 		"  -c, --ctr P            click rate to aim for (default 0.25)\n"
 		"  -z, --zipf A           Zipf exponent of categorical values (default 1.1)\n"
 		"  -k, --cardinality K    distinct values per categorical feature (default 10000)\n"
@@ -44,10 +47,11 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 	if (!f)
 		return ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
 	fprintf(f,
-		"{\"examples\":%llu,\"seed\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
+		"{\"examples\":%llu,\"seed\":%llu,\"stream\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
 		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f}\n",
 		(unsigned long long)o->examples, (unsigned long long)o->seed,
-		m->ctr, m->ne, m->log_loss, m->auc, m->calibration);
+		(unsigned long long)o->stream, m->ctr, m->ne, m->log_loss,
+		m->auc, m->calibration);
 	return fclose(f) == 0 ?
 		       0 :
 		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
@@ -59,6 +63,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "examples", required_argument, NULL, 'n' },
 		{ "seed", required_argument, NULL, 's' },
+		{ "stream", required_argument, NULL, 't' },
 		{ "ctr", required_argument, NULL, 'c' },
 		{ "zipf", required_argument, NULL, 'z' },
 		{ "cardinality", required_argument, NULL, 'k' },
@@ -77,7 +82,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 
 	ss_gen_options_init(&o);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "o:n:s:c:z:k:jh", options,
+	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:k:jh", options,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 'o':
@@ -91,6 +96,10 @@ int ss_cmd_gen_data(int argc, char **argv)
 		case 's':
 			rc = ss_parse_long("--seed", optarg, 0, 1L << 62, &v);
 			o.seed = (uint64_t)v;
+			break;
+		case 't':
+			rc = ss_parse_long("--stream", optarg, 0, 1L << 62, &v);
+			o.stream = (uint64_t)v;
 			break;
 		case 'c':
 			rc = ss_parse_double("--ctr", optarg, 0.001, 0.999,
