@@ -204,6 +204,33 @@ struct ss_completion {
 int ss_fabric_poll(struct ss_fabric *fabric, struct ss_completion *out, int max,
 		   unsigned timeout_ms);
 
+/*
+ * Who the peers are.
+ *
+ * ss_nodelist_expand() - Slurm's compact host list ("node[01-04,07],gpu5")
+ * into @n host names (zero padding kept).  Free with ss_strings_free().
+ * Returns 0, SS_EUSAGE naming the bad item, or -ENOMEM.
+ */
+int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n);
+
+/*
+ * ss_hostfile_read() - one "host[:port]" a line ('#' comments, blank lines
+ * skipped; @port when a line has none) into @n "host:port" strings.
+ * Returns 0, -errno naming the file, or SS_EUSAGE naming file:line.
+ */
+int ss_hostfile_read(const char *path, int port, char ***addrs, int *n);
+
+/* ss_strings_free() - free what the two above return; clears the pointer. */
+void ss_strings_free(char ***list, int n);
+
+/*
+ * ss_launcher_rank() - this process's rank and the world size from the
+ * launcher's environment: Slurm (SLURM_PROCID, SLURM_NTASKS), Open MPI
+ * (OMPI_COMM_WORLD_RANK, _SIZE) or PMI (PMI_RANK, PMI_SIZE); @source names
+ * which.  Returns 0, or SS_EUSAGE when none is set or they are malformed.
+ */
+int ss_launcher_rank(int *rank, int *world, const char **source);
+
 /* ss_op_name() - "READ", "WRITE", "WRITE_WITH_IMM" or "RECV_IMM". */
 const char *ss_op_name(enum ss_op op);
 

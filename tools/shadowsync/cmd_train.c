@@ -51,8 +51,11 @@ static void ss_train_usage(FILE *out)
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
 		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
 		"cluster\n"
-		"  --rank R               this rank (default 0)\n"
+		"  --rank R               this rank (default: from srun/mpirun/PMI, else 0)\n"
 		"  --peers LIST           host:port of every rank, comma-separated, in rank order\n"
+		"  --hostfile FILE        the same, one host[:port] a line ('#' comments)\n"
+		"  --port N               port for hosts given without one (default 7000);\n"
+		"                         under Slurm, SLURM_JOB_NODELIST gives the hosts\n"
 		"  --transport T          verbs, shm or auto (default auto)\n"
 		"  --device NAME          RDMA device ($SS_DEVICE)\n"
 		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
@@ -94,6 +97,8 @@ enum {
 	OPT_JOB_KEY,
 	OPT_PROGRESS,
 	OPT_JSON,
+	OPT_HOSTFILE,
+	OPT_PORT,
 };
 
 struct ss_train_cmd {
@@ -103,6 +108,11 @@ struct ss_train_cmd {
 	struct ss_fabric_options fabric;
 	const char *test;
 	char *peers; /* owned copy of --peers */
+	const char *hostfile;
+	long port;
+	bool rank_given;
+	char **owned; /* addresses from a host file or node list */
+	int n_owned;
 	const char **addrs;
 	long threads;
 	bool oversubscribe, foreground, json;
@@ -136,6 +146,8 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		  OPT_ROUND_TIMEOUT },
 		{ "rank", required_argument, NULL, OPT_RANK },
 		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "hostfile", required_argument, NULL, OPT_HOSTFILE },
+		{ "port", required_argument, NULL, OPT_PORT },
 		{ "transport", required_argument, NULL, OPT_TRANSPORT },
 		{ "device", required_argument, NULL, OPT_DEVICE },
 		{ "gid-index", required_argument, NULL, OPT_GID },
@@ -160,6 +172,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->fabric.job_key = 1;
 	c->seed = 1;
 	c->progress = 5;
+	c->port = 7000;
 	if (key && *key &&
 	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
 		c->fabric.job_key = (uint64_t)v;
@@ -256,6 +269,14 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_long("--rank", optarg, 0,
 					   SS_FABRIC_MAX_PEERS - 1, &v);
 			c->fabric.rank = (int)v;
+			c->rank_given = true;
+			break;
+		case OPT_HOSTFILE:
+			c->hostfile = optarg;
+			break;
+		case OPT_PORT:
+			rc = ss_parse_long("--port", optarg, 1, 65535,
+					   &c->port);
 			break;
 		case OPT_PEERS:
 			c->peers = strdup(optarg);
@@ -308,41 +329,87 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	return ss_model_check(&c->model);
 }
 
-/* --peers "h:p,h:p": the world is its length; none: a world of one. */
+/* Hosts from Slurm's node list: tasks spread in blocks over the nodes. */
+static int ss_slurm_addrs(struct ss_train_cmd *c, const char *nodelist,
+			  int world)
+{
+	char **hosts = NULL, addr[300];
+	int n = 0, rc = ss_nodelist_expand(nodelist, &hosts, &n);
+
+	if (rc < 0)
+		return ss_error_prefix("SLURM_JOB_NODELIST");
+	c->owned = calloc((size_t)world, sizeof(char *));
+	for (int r = 0; c->owned && r < world; r++) {
+		int per = (world + n - 1) / n; /* tasks per node */
+
+		snprintf(addr, sizeof(addr), "%s:%ld", hosts[r / per],
+			 c->port + r % per);
+		c->owned[r] = strdup(addr);
+		if (!c->owned[r])
+			break;
+		c->n_owned++;
+	}
+	ss_strings_free(&hosts, n);
+	return c->n_owned == world ? 0 :
+				     ss_error_set(-ENOMEM, NULL, NULL, "peers");
+}
+
+/*
+ * The peers: --peers, else --hostfile, else Slurm's node list; the rank:
+ * --rank, else the launcher's environment.  Without any: a world of one.
+ */
 static int ss_train_peers(struct ss_train_cmd *c)
 {
 	static char alone[64];
+	const char *launcher = NULL, *nodelist = getenv("SLURM_JOB_NODELIST");
 	char *save = NULL, *tok;
-	int n = 0;
+	int lrank = 0, lworld = 0, n = 0, rc;
 
-	if (!c->peers) {
-		snprintf(alone, sizeof(alone), "127.0.0.1:%d",
-			 20000 + (int)(getpid() % 20000));
-		c->addrs = calloc(1, sizeof(char *));
-		if (!c->addrs)
-			return -ENOMEM;
-		c->addrs[0] = alone;
-		c->fabric.world = 1;
-		if (c->fabric.rank != 0)
-			return ss_error_set(
-				SS_EUSAGE, "there is no --peers list",
-				"give --peers host:port,... for every rank",
-				"--rank %d", c->fabric.rank);
-		c->fabric.addrs = c->addrs;
-		return 0;
-	}
+	if (ss_launcher_rank(&lrank, &lworld, &launcher) < 0)
+		launcher = NULL;
+	if (!c->rank_given && launcher)
+		c->fabric.rank = lrank;
 	c->addrs = calloc(SS_FABRIC_MAX_PEERS, sizeof(char *));
 	if (!c->addrs)
-		return -ENOMEM;
-	for (tok = strtok_r(c->peers, ",", &save);
-	     tok && n < SS_FABRIC_MAX_PEERS; tok = strtok_r(NULL, ",", &save))
-		c->addrs[n++] = tok;
+		return ss_error_set(-ENOMEM, NULL, NULL, "peers");
+	if (c->peers) {
+		for (tok = strtok_r(c->peers, ",", &save);
+		     tok && n < SS_FABRIC_MAX_PEERS;
+		     tok = strtok_r(NULL, ",", &save))
+			c->addrs[n++] = tok;
+	} else {
+		if (c->hostfile)
+			rc = ss_hostfile_read(c->hostfile, (int)c->port,
+					      &c->owned, &c->n_owned);
+		else if (launcher && nodelist && !strcmp(launcher, "Slurm"))
+			rc = ss_slurm_addrs(c, nodelist, lworld);
+		else
+			rc = 1;
+		if (rc < 0)
+			return rc;
+		if (rc == 1) { /* a world of one, on a port of its own */
+			snprintf(alone, sizeof(alone), "127.0.0.1:%d",
+				 20000 + (int)(getpid() % 20000));
+			c->addrs[n++] = alone;
+		}
+		for (int i = 0; i < c->n_owned && n < SS_FABRIC_MAX_PEERS; i++)
+			c->addrs[n++] = c->owned[i];
+	}
 	c->fabric.world = n;
 	c->fabric.addrs = c->addrs;
+	if (launcher && !c->rank_given && lworld != n)
+		return ss_error_set(
+			SS_EUSAGE, "the peer list does not match",
+			"give as many peers as the launcher starts tasks",
+			"%s says %d tasks, the peers are %d", launcher, lworld,
+			n);
 	if (c->fabric.rank >= n)
 		return ss_error_set(SS_EUSAGE, "not in the peer list",
-				    "ranks count from 0 in --peers order",
+				    "ranks count from 0 in peer order",
 				    "--rank %d of %d peers", c->fabric.rank, n);
+	if (launcher)
+		ss_log_info("rank %d of %d (from %s)", c->fabric.rank, n,
+			    c->rank_given ? "--rank" : launcher);
 	return 0;
 }
 
@@ -641,6 +708,7 @@ out:
 	ss_topo_close(&topo);
 	free(c.addrs);
 	free(c.peers);
+	ss_strings_free(&c.owned, c.n_owned);
 	return rc == SS_EUSAGE ? SS_EXIT_USAGE :
 	       rc < 0	       ? SS_EXIT_FAILURE :
 				 SS_EXIT_OK;

@@ -1,0 +1,209 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Who the peers are: Slurm node lists, host files, and the rank and world
+ * size that launchers (Slurm, Open MPI, PMI) put in the environment, so
+ * that `srun shadowsync train ...` and `mpirun ... shadowsync train ...`
+ * work without MPI being linked.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fabric_internal.h"
+
+void ss_strings_free(char ***list, int n)
+{
+	if (!list || !*list)
+		return;
+	for (int i = 0; i < n; i++)
+		free((*list)[i]);
+	free(*list);
+	*list = NULL;
+}
+
+static int ss_push(char ***list, int *n, int *cap, const char *s)
+{
+	if (*n == SS_FABRIC_MAX_PEERS)
+		return ss_error_set(SS_EUSAGE, "too many hosts", NULL,
+				    "more than %d peers", SS_FABRIC_MAX_PEERS);
+	if (*n == *cap) {
+		int c = *cap ? 2 * *cap : 16;
+		char **l = realloc(*list, (size_t)c * sizeof(char *));
+
+		if (!l)
+			return -ENOMEM;
+		*list = l;
+		*cap = c;
+	}
+	(*list)[*n] = strdup(s);
+	if (!(*list)[*n])
+		return -ENOMEM;
+	(*n)++;
+	return 0;
+}
+
+/* One "prefix[ranges]suffix" item (or a plain name). */
+static int ss_expand_item(const char *item, size_t len, char ***list, int *n,
+			  int *cap)
+{
+	const char *open = memchr(item, '[', len), *close;
+	char name[256], prefix[128], suffix[128], ranges[256], *save = NULL, *r;
+	int rc = 0;
+
+	if (!open) {
+		if (len == 0 || len >= sizeof(name))
+			return ss_error_set(SS_EUSAGE, "empty or too long name",
+					    NULL, "node list item '%.*s'",
+					    (int)len, item);
+		memcpy(name, item, len);
+		name[len] = '\0';
+		return ss_push(list, n, cap, name);
+	}
+	close = memchr(open, ']', len - (size_t)(open - item));
+	if (!close || (size_t)(open - item) >= sizeof(prefix) ||
+	    (size_t)(close - open - 1) >= sizeof(ranges) ||
+	    len - (size_t)(close + 1 - item) >= sizeof(suffix))
+		return ss_error_set(SS_EUSAGE, "unbalanced or too long",
+				    "write it as Slurm does: node[01-04,07]",
+				    "node list item '%.*s'", (int)len, item);
+	snprintf(prefix, sizeof(prefix), "%.*s", (int)(open - item), item);
+	snprintf(ranges, sizeof(ranges), "%.*s", (int)(close - open - 1),
+		 open + 1);
+	snprintf(suffix, sizeof(suffix), "%.*s",
+		 (int)(len - (size_t)(close + 1 - item)), close + 1);
+	for (r = strtok_r(ranges, ",", &save); r && rc == 0;
+	     r = strtok_r(NULL, ",", &save)) {
+		char *dash = strchr(r, '-'), *end;
+		long lo = strtol(r, &end, 10), hi = lo;
+		int width = (int)(dash ? dash - r : (long)strlen(r));
+
+		if (end == r || (dash ? end != dash : *end != '\0'))
+			return ss_error_set(SS_EUSAGE, "not a number range",
+					    NULL, "node list range '%s'", r);
+		if (dash) {
+			hi = strtol(dash + 1, &end, 10);
+			if (end == dash + 1 || *end || hi < lo ||
+			    hi - lo > 4096)
+				return ss_error_set(SS_EUSAGE,
+						    "not a number range", NULL,
+						    "node list range '%s'", r);
+		}
+		for (long v = lo; v <= hi && rc == 0; v++) {
+			/* zero padding as written: node[01-04] is node01 */
+			snprintf(name, sizeof(name), "%s%0*ld%s", prefix, width,
+				 v, suffix);
+			rc = ss_push(list, n, cap, name);
+		}
+	}
+	return rc;
+}
+
+int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n)
+{
+	int cap = 0, depth = 0, rc = 0;
+	const char *start = nodelist, *p;
+
+	*hosts = NULL;
+	*n = 0;
+	if (!nodelist || !*nodelist)
+		return ss_error_set(SS_EUSAGE, "empty", NULL, "node list");
+	/* Items are separated by commas outside brackets. */
+	for (p = nodelist;; p++) {
+		if (*p == '[')
+			depth++;
+		else if (*p == ']')
+			depth--;
+		if ((*p == ',' && depth == 0) || *p == '\0') {
+			rc = ss_expand_item(start, (size_t)(p - start), hosts,
+					    n, &cap);
+			if (rc < 0 || *p == '\0')
+				break;
+			start = p + 1;
+		}
+	}
+	if (rc < 0)
+		ss_strings_free(hosts, *n);
+	return rc;
+}
+
+int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
+{
+	FILE *f = fopen(path, "r");
+	char line[512];
+	int cap = 0, lineno = 0, rc = 0;
+
+	*addrs = NULL;
+	*n = 0;
+	if (!f)
+		return ss_error_set(-errno, NULL, "check the --hostfile path",
+				    "host file '%s'", path);
+	while (rc == 0 && fgets(line, sizeof(line), f)) {
+		char *s = line, *e, addr[300];
+
+		lineno++;
+		if (strchr(s, '#'))
+			*strchr(s, '#') = '\0';
+		while (isspace((unsigned char)*s))
+			s++;
+		e = s + strlen(s);
+		while (e > s && isspace((unsigned char)e[-1]))
+			*--e = '\0';
+		if (!*s)
+			continue;
+		if (strpbrk(s, " \t"))
+			rc = ss_error_set(SS_EUSAGE, "one host[:port] per line",
+					  NULL, "%s:%d: '%s'", path, lineno, s);
+		else if (strchr(s, ':'))
+			rc = ss_push(addrs, n, &cap, s);
+		else {
+			snprintf(addr, sizeof(addr), "%s:%d", s, port);
+			rc = ss_push(addrs, n, &cap, addr);
+		}
+	}
+	fclose(f);
+	if (rc == 0 && *n == 0)
+		rc = ss_error_set(SS_EUSAGE, "no hosts in it", NULL,
+				  "host file '%s'", path);
+	if (rc < 0)
+		ss_strings_free(addrs, *n);
+	return rc;
+}
+
+int ss_launcher_rank(int *rank, int *world, const char **source)
+{
+	static const struct {
+		const char *rank, *size, *name;
+	} launchers[] = {
+		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
+		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
+		{ "PMI_RANK", "PMI_SIZE", "PMI" },
+	};
+
+	for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+		const char *r = getenv(launchers[i].rank);
+		const char *s = getenv(launchers[i].size);
+		long rv, sv;
+
+		if (!r || !s)
+			continue;
+		if (ss_parse_long(launchers[i].rank, r, 0,
+				  SS_FABRIC_MAX_PEERS - 1, &rv) < 0 ||
+		    ss_parse_long(launchers[i].size, s, 1, SS_FABRIC_MAX_PEERS,
+				  &sv) < 0)
+			return SS_EUSAGE;
+		if (rv >= sv)
+			return ss_error_set(SS_EUSAGE, "rank not below size",
+					    NULL, "%s=%s, %s=%s",
+					    launchers[i].rank, r,
+					    launchers[i].size, s);
+		*rank = (int)rv;
+		*world = (int)sv;
+		*source = launchers[i].name;
+		return 0;
+	}
+	return ss_error_set(
+		SS_EUSAGE, "no launcher environment",
+		"give --rank, or start under srun, mpirun or a PMI launcher",
+		"rank");
+}

@@ -1,0 +1,171 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* Peer lists: Slurm node lists, host files, launchers' environments. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shadowsync/shadowsync.h"
+
+static void assert_expands(const char *list, const char *const *want, int n)
+{
+	char **hosts;
+	int got;
+
+	cr_assert_eq(ss_nodelist_expand(list, &hosts, &got), 0, "%s: %s", list,
+		     ss_last_error()->why);
+	cr_assert_eq(got, n, "%s: %d hosts", list, got);
+	for (int i = 0; i < n; i++)
+		cr_assert_str_eq(hosts[i], want[i], "%s: host %d", list, i);
+	ss_strings_free(&hosts, got);
+	cr_assert_null(hosts);
+}
+
+Test(peers, slurm_node_lists)
+{
+	static const char *const a[] = { "node01", "node02", "node03", "node04",
+					 "node07" };
+	static const char *const b[] = { "login", "gpu8x", "gpu9x", "gpu10x",
+					 "db" };
+
+	assert_expands("node[01-04,07]", a, 5);
+	assert_expands("login,gpu[8-10]x,db", b, 5);
+	assert_expands("solo", (const char *const[]){ "solo" }, 1);
+}
+
+Test(peers, bad_node_lists_are_named)
+{
+	char **hosts;
+	int n;
+
+	cr_assert_eq(ss_nodelist_expand("node[01-", &hosts, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "node[01-"), "%s",
+		  ss_last_error()->what);
+	cr_assert_eq(ss_nodelist_expand("node[4-2]", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("node[x]", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("a,,b", &hosts, &n), SS_EUSAGE);
+}
+
+static const char *write_tmp(const char *text)
+{
+	static char path[64];
+	FILE *f;
+	int fd;
+
+	strcpy(path, "/tmp/ss-hosts-XXXXXX");
+	fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+Test(peers, host_files)
+{
+	const char *path = write_tmp("# the job's hosts\n"
+				     "node1\n"
+				     "\n"
+				     "node2:7100   # its own port\n"
+				     "  10.0.0.3\n");
+	char **addrs;
+	int n;
+
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), 0, "%s",
+		     ss_last_error()->why);
+	cr_assert_eq(n, 3);
+	cr_assert_str_eq(addrs[0], "node1:7000");
+	cr_assert_str_eq(addrs[1], "node2:7100");
+	cr_assert_str_eq(addrs[2], "10.0.0.3:7000");
+	ss_strings_free(&addrs, n);
+	unlink(path);
+
+	path = write_tmp("node1\nnode2 node3\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2: 'node2 node3'"), "%s",
+		  ss_last_error()->what);
+	unlink(path);
+	path = write_tmp("# nobody\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	unlink(path);
+	cr_assert_eq(ss_hostfile_read("/nonexistent/hosts", 7000, &addrs, &n),
+		     -ENOENT);
+}
+
+static void clear_launchers(void)
+{
+	static const char *const vars[] = {
+		"SLURM_PROCID",		"SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
+		"OMPI_COMM_WORLD_SIZE", "PMI_RANK",	"PMI_SIZE"
+	};
+
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+}
+
+Test(peers, rank_from_each_launcher)
+{
+	static const char *const env[][3] = {
+		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
+		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
+		{ "PMI_RANK", "PMI_SIZE", "PMI" },
+	};
+	const char *source;
+	int rank, world;
+
+	clear_launchers();
+	cr_assert_eq(ss_launcher_rank(&rank, &world, &source), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->hint, "--rank"));
+	for (int i = 0; i < 3; i++) {
+		clear_launchers();
+		setenv(env[i][0], "2", 1);
+		setenv(env[i][1], "4", 1);
+		cr_assert_eq(ss_launcher_rank(&rank, &world, &source), 0);
+		cr_assert_eq(rank, 2);
+		cr_assert_eq(world, 4);
+		cr_assert_str_eq(source, env[i][2]);
+	}
+	clear_launchers();
+	setenv("PMI_RANK", "4", 1);
+	setenv("PMI_SIZE", "4", 1);
+	cr_assert_eq(ss_launcher_rank(&rank, &world, &source), SS_EUSAGE);
+}
+
+Test(peers, train_takes_ranks_from_open_mpi_and_a_host_file, .timeout = 120)
+{
+	char cmd[2048], out[8192];
+	char data[] = "/tmp/ss-peers-data-XXXXXX";
+	const char *hosts;
+	int port = 26000 + getpid() % 1000 * 2;
+	FILE *p;
+	size_t n;
+
+	snprintf(cmd, sizeof(cmd), "127.0.0.1:%d\n127.0.0.1:%d\n", port,
+		 port + 1);
+	hosts = strdup(write_tmp(cmd));
+	cr_assert_geq(mkstemp(data), 0);
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s --examples 2000 --cardinality 100 >/dev/null && "
+		"T='%s train --data %s --emb-dim 4 --bottom 13-8-4 --top 8-1 --hash-size 500"
+		" --threads 1 --transport shm --hostfile %s --progress 0 --json'; "
+		"OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=2 $T > %s.r1 2>&1 & "
+		"OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 $T 2>&1; r0=$?; "
+		"wait $!; r1=$?; cat %s.r1; echo \"status $r0 $r1\"; "
+		"OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=3 $T 2>&1; echo \"mismatch $?\"",
+		SS_COMMAND, data, SS_COMMAND, data, hosts, data, data);
+	p = popen(cmd, "r");
+	n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	pclose(p);
+	snprintf(cmd, sizeof(cmd), "rm -f %s %s.r1 %s.teacher.json %s", data,
+		 data, data, hosts);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert(strstr(out, "status 0 0"), "%s", out);
+	cr_assert(strstr(out, "\"rank\":1,\"world\":2"), "%s", out);
+	cr_assert(strstr(out, "Open MPI says 3 tasks, the peers are 2"), "%s",
+		  out);
+	cr_assert(strstr(out, "mismatch 2"), "%s", out);
+}
