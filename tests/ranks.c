@@ -40,6 +40,25 @@ int ranks_port_base(void)
 	return 20000 + (int)(getpid() % 2000) * 8;
 }
 
+int ranks_fabric_open(int rank, int world, int port_base, uint64_t job_key,
+		      uint64_t layout_hash, struct ss_fabric **fabric)
+{
+	char buf[RANKS_MAX][64];
+	const char *addrs[RANKS_MAX];
+	struct ss_fabric_options o;
+
+	ranks_addrs(world, port_base, buf, addrs);
+	ss_fabric_options_init(&o);
+	o.transport = ranks_transport();
+	o.rank = rank;
+	o.world = world;
+	o.addrs = addrs; /* copied by ss_fabric_open */
+	o.job_key = job_key;
+	o.layout_hash = layout_hash;
+	o.timeout_ms = 20000;
+	return ss_fabric_open(fabric, &o);
+}
+
 int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 	      int timeout_s, int *exits)
 {

@@ -39,6 +39,13 @@ void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs);
 int ranks_port_base(void);
 
 /*
+ * ranks_fabric_open() - the endpoint of @rank of @world on this test's
+ * addresses (from @port_base) and transport, 20 s timeout.
+ */
+int ranks_fabric_open(int rank, int world, int port_base, uint64_t job_key,
+		      uint64_t layout_hash, struct ss_fabric **fabric);
+
+/*
  * ranks_run() - fork @world processes that each return fn(rank, arg) as
  * their exit status, and wait for all, at most @timeout_s: then every rank
  * still running is killed.  Exit statuses go to @exits (-1: killed by a

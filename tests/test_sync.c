@@ -49,9 +49,6 @@ static float init_same(int rank, int i)
 static int sync_rank(int rank, void *arg)
 {
 	struct job *job = arg;
-	char buf[RANKS_MAX][64];
-	const char *addrs[RANKS_MAX];
-	struct ss_fabric_options fo;
 	struct ss_fabric *f = NULL;
 	struct ss_sync *s = NULL;
 	struct ss_topo *topo = NULL;
@@ -64,16 +61,8 @@ static int sync_rank(int rank, void *arg)
 		so.topo = topo;
 		so.numa = 0;
 	}
-	ranks_addrs(job->world, job->port_base, buf, addrs);
-	ss_fabric_options_init(&fo);
-	fo.transport = ranks_transport();
-	fo.rank = rank;
-	fo.world = job->world;
-	fo.addrs = addrs;
-	fo.job_key = job->key;
-	fo.layout_hash = NPARAMS;
-	fo.timeout_ms = 20000;
-	rc = ss_fabric_open(&f, &fo);
+	rc = ranks_fabric_open(rank, job->world, job->port_base, job->key,
+			       NPARAMS, &f);
 	fail_if(rc, "open: %s", ss_strerror(rc));
 	rc = ss_sync_create(&s, f, NPARAMS, &so);
 	fail_if(rc, "sync: %s", ss_strerror(rc));

@@ -40,9 +40,6 @@ static void *trainer_main(void *arg)
 
 static int rank_main(int rank, int port_base, uint64_t key)
 {
-	char buf[2][64];
-	const char *addrs[2];
-	struct ss_fabric_options fo;
 	struct ss_sync_options so;
 	struct ss_fabric *f = NULL;
 	struct ss_sync *s = NULL;
@@ -52,15 +49,7 @@ static int rank_main(int rank, int port_base, uint64_t key)
 	struct ss_sync_stats st;
 	float *w;
 
-	ranks_addrs(2, port_base, buf, addrs);
-	ss_fabric_options_init(&fo);
-	fo.transport = SS_TRANSPORT_SHM;
-	fo.rank = rank;
-	fo.world = 2;
-	fo.addrs = addrs;
-	fo.job_key = key;
-	fo.timeout_ms = 20000;
-	check(ss_fabric_open(&f, &fo) == 0, "open");
+	check(ranks_fabric_open(rank, 2, port_base, key, 0, &f) == 0, "open");
 	ss_sync_options_init(&so, SS_SYNC_MA);
 	check(ss_sync_create(&s, f, NPARAMS, &so) == 0, "sync");
 	w = ss_sync_params(s);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "models.h"
 #include "shadowsync/train.h"
 
 /* A model small enough to check every parameter. */
@@ -189,19 +190,6 @@ static void gen_file(char *path, uint64_t examples)
 	fclose(f);
 }
 
-static void small(struct ss_model_config *c)
-{
-	ss_model_config_init(c);
-	c->emb_dim = 4;
-	c->n_bottom = 3;
-	c->bottom[1] = 16;
-	c->bottom[2] = 4;
-	c->n_top = 2;
-	c->top[0] = 16;
-	c->top[1] = 1;
-	c->hash_size = 5000;
-}
-
 Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
 {
 	char path[] = "/tmp/ss-trainers-XXXXXX";
@@ -211,7 +199,7 @@ Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
 	float *params;
 
 	gen_file(path, 10007);
-	small(&c);
+	small_model(&c, 16, 5000);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	ss_model_init(&c, params, 2);
 	ss_train_options_init(&o);
@@ -252,7 +240,7 @@ Test(trainers, a_bad_line_stops_training_naming_it)
 	f = fopen(path, "a");
 	fputs("1\tnot-a-number\n", f);
 	fclose(f);
-	small(&c);
+	small_model(&c, 16, 5000);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	ss_model_init(&c, params, 2);
 	ss_train_options_init(&o);

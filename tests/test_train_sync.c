@@ -12,6 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "models.h"
 #include "ranks.h"
 #include "shadowsync/shadowsync.h"
 
@@ -35,19 +36,6 @@ struct job {
 };
 
 #define fail_if(cond, ...) rank_fail_if(rank, cond, __VA_ARGS__)
-
-static void config(struct ss_model_config *c)
-{
-	ss_model_config_init(c);
-	c->emb_dim = 4;
-	c->n_bottom = 3;
-	c->bottom[1] = 16;
-	c->bottom[2] = 4;
-	c->n_top = 2;
-	c->top[0] = 16;
-	c->top[1] = 1;
-	c->hash_size = 4000;
-}
 
 static int evaluate(const struct ss_model_config *c, const float *params,
 		    const struct job *job, double *ne)
@@ -82,9 +70,6 @@ static int evaluate(const struct ss_model_config *c, const float *params,
 static int rank_main(int rank, void *arg)
 {
 	struct job *job = arg;
-	char buf[RANKS_MAX][64];
-	const char *addrs[RANKS_MAX];
-	struct ss_fabric_options fo;
 	struct ss_sync_options so;
 	struct ss_model_config c;
 	struct ss_train_options to;
@@ -94,17 +79,10 @@ static int rank_main(int rank, void *arg)
 	struct ss_sync *s = NULL;
 	float *w;
 
-	config(&c);
-	ranks_addrs(job->world, job->port_base, buf, addrs);
-	ss_fabric_options_init(&fo);
-	fo.transport = ranks_transport();
-	fo.rank = rank;
-	fo.world = job->world;
-	fo.addrs = addrs;
-	fo.job_key = job->key;
-	fo.layout_hash = ss_model_len(&c);
-	fo.timeout_ms = 20000;
-	fail_if(ss_fabric_open(&f, &fo), "open");
+	small_model(&c, 16, 4000);
+	fail_if(ranks_fabric_open(rank, job->world, job->port_base, job->key,
+				  ss_model_len(&c), &f),
+		"open");
 	ss_sync_options_init(&so, job->algo);
 	fail_if(ss_sync_create(&s, f, ss_model_len(&c), &so), "sync");
 	w = ss_sync_params(s);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "models.h"
 #include "scenario.h"
 #include "shadowsync/shadowsync.h"
 
@@ -29,15 +30,7 @@ SCENARIO(train_threads, two_hogwild_trainers_on_one_replica)
 	g.cardinality = 50; /* few rows: the trainers collide often */
 	check(ss_gen_data(f, &g, &teacher) == 0, "gen");
 	fclose(f);
-	ss_model_config_init(&c);
-	c.emb_dim = 4;
-	c.n_bottom = 3;
-	c.bottom[1] = 8;
-	c.bottom[2] = 4;
-	c.n_top = 2;
-	c.top[0] = 8;
-	c.top[1] = 1;
-	c.hash_size = 64;
+	small_model(&c, 8, 64);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	check(params, "params");
 	ss_model_init(&c, params, 1);

@@ -1,8 +1,12 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
-/* splitmix64: a cheap, stateless 64-bit mixer for hashing and seeding. */
+/*
+ * splitmix64: a cheap, stateless 64-bit mixer for hashing and seeding, and
+ * the draws built on it.
+ */
 #ifndef SS_MIX_H
 #define SS_MIX_H
 
+#include <math.h>
 #include <stdint.h>
 
 static inline uint64_t ss__mix64(uint64_t x)
@@ -11,6 +15,21 @@ static inline uint64_t ss__mix64(uint64_t x)
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
 	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
 	return x ^ (x >> 31);
+}
+
+/* A uniform draw in (0, 1); advances @state. */
+static inline double ss__uniform(uint64_t *state)
+{
+	*state = ss__mix64(*state);
+	return ((double)(*state >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* A standard normal draw (Box-Muller); advances @state twice. */
+static inline double ss__gauss(uint64_t *state)
+{
+	double u1 = ss__uniform(state), u2 = ss__uniform(state);
+
+	return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 #endif /* SS_MIX_H */

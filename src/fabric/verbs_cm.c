@@ -24,10 +24,6 @@
 
 static const char *const ss_gid_types[] = { "IB", "RoCE v1", "RoCE v2" };
 
-/* The first fatal handshake error met while connecting, for connect(). */
-static __thread int ss_cm_fatal;
-static __thread char ss_cm_refusal[256];
-
 static int ss_mtu_bytes(unsigned mtu)
 {
 	return mtu ? 128 << mtu : 0;
@@ -224,10 +220,12 @@ static void ss_cm_reset(struct ss_fabric *f, int p)
 	vp->retry_ns = ss_now_ns() + SS_VERBS_RETRY_NS;
 }
 
-static void ss_cm_fail(int rc)
+static void ss_cm_fail(struct ss_fabric *f, int rc)
 {
-	if (!ss_cm_fatal)
-		ss_cm_fatal = rc;
+	struct ss_verbs *v = f->backend;
+
+	if (!v->cm_fatal)
+		v->cm_fatal = rc;
 }
 
 static int ss_cm_start(struct ss_fabric *f, int p)
@@ -291,10 +289,10 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 		bad = true;
 	}
 	if (bad) {
-		snprintf(ss_cm_refusal, sizeof(ss_cm_refusal),
+		snprintf(v->cm_refusal, sizeof(v->cm_refusal),
 			 "refused a peer claiming rank %u: %s", theirs.rank,
 			 why);
-		ss_log_warn("verbs: %s", ss_cm_refusal);
+		ss_log_warn("verbs: %s", v->cm_refusal);
 		rdma_reject(id, &wire, sizeof(wire));
 		rdma_destroy_id(id);
 		return;
@@ -306,7 +304,7 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 	if (rc == 0)
 		rc = ss__verbs_qp_ready(f, p);
 	if (rc < 0) {
-		ss_cm_fail(rc);
+		ss_cm_fail(f, rc);
 		rdma_reject(id, NULL, 0);
 		v->peers[p].id = NULL;
 		ss_cm_reset(f, p);
@@ -339,10 +337,12 @@ static void ss_cm_response(struct ss_fabric *f, int p, const void *data,
 	if (len >= sizeof(vp->hello))
 		ss__hello_from_wire(data, &vp->hello);
 	if (ss__hello_check(&mine, &vp->hello, p, why, sizeof(why)) < 0) {
-		ss_cm_fail(ss_error_set(
-			SS_EHANDSHAKE, why,
-			"start every rank with the same job key, world size and model",
-			"peer %d (%s)", p, f->peers[p].addr));
+		ss_cm_fail(
+			f,
+			ss_error_set(
+				SS_EHANDSHAKE, why,
+				"start every rank with the same job key, world size and model",
+				"peer %d (%s)", p, f->peers[p].addr));
 		rdma_disconnect(vp->id);
 		vp->state = SS_VP_DOWN;
 		return;
@@ -352,7 +352,7 @@ static void ss_cm_response(struct ss_fabric *f, int p, const void *data,
 		rc = ss_error_set(-errno, NULL, NULL,
 				  "rdma_establish with peer %d", p);
 	if (rc < 0) {
-		ss_cm_fail(rc);
+		ss_cm_fail(f, rc);
 		return;
 	}
 	vp->state = SS_VP_UP;
@@ -374,11 +374,13 @@ static void ss_cm_rejected(struct ss_fabric *f, int p, const void *data,
 					    sizeof(why)) == 0)
 				snprintf(why, sizeof(why),
 					 "it refused our connection");
-			ss_cm_fail(ss_error_set(
-				SS_EHANDSHAKE, why,
-				"start every rank with the same job key, world size and model",
-				"peer %d (%s) refused us", p,
-				f->peers[p].addr));
+			ss_cm_fail(
+				f,
+				ss_error_set(
+					SS_EHANDSHAKE, why,
+					"start every rank with the same job key, world size and model",
+					"peer %d (%s) refused us", p,
+					f->peers[p].addr));
 			ss_cm_reset(f, p);
 			return;
 		}
@@ -426,7 +428,7 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 		int rc = ss__verbs_create_qp(f, p, id);
 
 		if (rc < 0) {
-			ss_cm_fail(rc);
+			ss_cm_fail(f, rc);
 			break;
 		}
 		ss_hello_wire(f, &wire);
@@ -618,7 +620,7 @@ static int ss_connect_timeout(struct ss_fabric *f)
 				"%s%d (%s: %s)", len ? ", " : "", p,
 				f->peers[p].addr, states[v->peers[p].state]);
 	return ss_error_set(
-		-ETIMEDOUT, ss_cm_refusal[0] ? ss_cm_refusal : "no answer",
+		-ETIMEDOUT, v->cm_refusal[0] ? v->cm_refusal : "no answer",
 		"start every rank, check the peer list, and that rdma_cm's port is open in the firewall",
 		"verbs: waiting %u ms on %s for peers %s", f->opts.timeout_ms,
 		ss__verbs_where(v), missing);
@@ -630,8 +632,8 @@ int ss__verbs_connect(struct ss_fabric *f)
 	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
 	struct ss__table *table = v->table;
 
-	ss_cm_fatal = 0;
-	ss_cm_refusal[0] = '\0';
+	v->cm_fatal = 0;
+	v->cm_refusal[0] = '\0';
 	ss__table_make(f, NULL, table);
 	for (int i = 0; i < f->n_regions; i++)
 		table->entries[i].rkey =
@@ -656,8 +658,8 @@ int ss__verbs_connect(struct ss_fabric *f)
 		}
 		poll(&pfd, 1, 20);
 		ss__verbs_cm_events(f);
-		if (ss_cm_fatal)
-			return ss_cm_fatal;
+		if (v->cm_fatal)
+			return v->cm_fatal;
 		for (int p = 0; p < f->opts.world; p++)
 			if (v->peers[p].state == SS_VP_DOWN)
 				return ss_error_set(

@@ -73,6 +73,9 @@ struct ss_verbs {
 	struct ss__table *peer_tables; /* where peers' tables are read to */
 	struct ibv_mr *peer_tables_mr;
 	struct ss_verbs_peer *peers;
+	/* while connecting: the first fatal error, the last peer refused */
+	int cm_fatal;
+	char cm_refusal[256];
 };
 
 /* "device mlx5_0 port 1" and the errno text, for messages. */

@@ -26,19 +26,6 @@ void ss_gen_options_init(struct ss_gen_options *o)
 	o->stream = 0;
 }
 
-static double ss_uniform(uint64_t *state)
-{
-	*state = ss__mix64(*state);
-	return ((double)(*state >> 11) + 0.5) / 9007199254740992.0;
-}
-
-static double ss_gauss(uint64_t *state)
-{
-	double u1 = ss_uniform(state), u2 = ss_uniform(state);
-
-	return sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 /* The teacher's parameters are functions of (seed, what, field, value). */
 static double ss_param(uint64_t seed, int what, int field, uint64_t value)
 {
@@ -46,7 +33,7 @@ static double ss_param(uint64_t seed, int what, int field, uint64_t value)
 		ss__mix64(seed ^ ss__mix64(((uint64_t)what << 56) ^
 					   ((uint64_t)field << 40) ^ value));
 
-	return ss_gauss(&s);
+	return ss__gauss(&s);
 }
 
 struct ss_teacher {
@@ -58,7 +45,7 @@ struct ss_teacher {
 
 static uint32_t ss_zipf_draw(const struct ss_teacher *t, uint64_t *rng)
 {
-	double u = ss_uniform(rng);
+	double u = ss__uniform(rng);
 	uint32_t lo = 0, hi = t->cardinality - 1;
 
 	while (lo < hi) {
@@ -80,9 +67,9 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 	double z = 0;
 
 	for (int j = 0; j < SS_DENSE; j++) {
-		double g = ss_gauss(rng);
+		double g = ss__gauss(rng);
 
-		empty[j] = ss_uniform(rng) < 0.05;
+		empty[j] = ss__uniform(rng) < 0.05;
 		ints[j] = (long)floor(exp(1.0 + 1.2 * g)) - 1;
 		if (!empty[j])
 			z += 0.3 * ss_param(t->seed, 1, j, 0) *
@@ -90,7 +77,7 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
 		v[j] = ss_zipf_draw(t, rng);
-		empty[SS_DENSE + j] = ss_uniform(rng) < 0.03;
+		empty[SS_DENSE + j] = ss__uniform(rng) < 0.03;
 		/* the value as written: a hash, never 0 (the empty value) */
 		vals[j] = (uint32_t)ss__mix64(t->seed ^ ((uint64_t)j << 32) ^
 					      v[j]) |
@@ -205,7 +192,7 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 		bool empty[SS_DENSE + SS_SPARSE];
 		double prob =
 			ss_sigmoid(bias + ss_draw(&t, &rng, ints, vals, empty));
-		int label = ss_uniform(&rng) < prob;
+		int label = ss__uniform(&rng) < prob;
 
 		p[i] = (float)prob;
 		y[i] = (float)label;

@@ -156,17 +156,6 @@ static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
 	return d;
 }
 
-static float ss_normal(uint64_t *s)
-{
-	double u1, u2;
-
-	*s = ss__mix64(*s);
-	u1 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
-	*s = ss__mix64(*s);
-	u2 = ((double)(*s >> 11) + 0.5) / 9007199254740992.0;
-	return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
 void ss_model_init(const struct ss_model_config *c, float *params,
 		   uint64_t seed)
 {
@@ -180,9 +169,9 @@ void ss_model_init(const struct ss_model_config *c, float *params,
 		float sb = (float)sqrt(1.0 / d.out);
 
 		for (size_t i = 0; i < (size_t)d.out * (size_t)d.in; i++)
-			d.w[i] = sw * ss_normal(&s);
+			d.w[i] = sw * (float)ss__gauss(&s);
 		for (int i = 0; i < d.out; i++)
-			d.b[i] = sb * ss_normal(&s);
+			d.b[i] = sb * (float)ss__gauss(&s);
 	}
 	for (size_t i = dense; i < n; i++) {
 		s = ss__mix64(s);
@@ -291,11 +280,11 @@ static uint32_t ss_row(const struct ss_model_config *c, int j, uint32_t v)
 	return (uint32_t)(ss__mix64(((uint64_t)j << 32) | v) % c->hash_size);
 }
 
-static float *ss_table_row(const struct ss_model_config *c, float *params,
+/* Row @row of table @j; @tables is where the tables start in the replica. */
+static float *ss_table_row(const struct ss_model_config *c, float *tables,
 			   int j, uint32_t row)
 {
-	return params + ss_model_dense_len(c) +
-	       ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
+	return tables + ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
 }
 
 /* Where layer @l writes its output. */
@@ -338,6 +327,7 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 		       struct ss_model_work *w, const struct ss_example *ex,
 		       int n)
 {
+	float *tables = params + ss_model_dense_len(c);
 	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
 
@@ -361,7 +351,7 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 			ss_row_read(
 				w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
 						 (size_t)D,
-				ss_table_row(c, params, j, row), D);
+				ss_table_row(c, tables, j, row), D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
 		memcpy(t, vec[0], (size_t)D * sizeof(float));
@@ -418,6 +408,7 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 			 struct ss_model_work *w, const struct ss_example *ex,
 			 int n, float lr)
 {
+	float *tables = params + ss_model_dense_len(c);
 	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
 	float *dy = w->grad, *dx = w->grad2, *swap;
@@ -464,7 +455,7 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 	for (int r = 0; r < n; r++)
 		for (int j = 0; j < SS_SPARSE; j++) {
 			float *row = ss_table_row(
-				c, params, j,
+				c, tables, j,
 				w->rows[(size_t)r * SS_SPARSE + (size_t)j]);
 			const float *g =
 				w->demb +

@@ -599,11 +599,9 @@ int ss_cmd_train(int argc, char **argv)
 			rc = ss_sync_begin(sync);
 		if (rc < 0)
 			goto out;
-		if (c.foreground) {
-			c.train.sync = sync;
-		} else {
-			c.train.sync = sync;
-			c.train.sync_every = 0;
+		/* trainers report iterations; in the foreground they sync */
+		c.train.sync = sync;
+		if (!c.foreground) {
 			rc = ss_shadow_start(sync, topo, &plan->slots[0]);
 			if (rc < 0)
 				goto out;
@@ -619,7 +617,7 @@ int ss_cmd_train(int argc, char **argv)
 	c.train.plan = plan;
 	c.train.progress = &prog.examples;
 	if (!c.foreground)
-		c.train.sync_every = 0;
+		c.train.sync_every = 0; /* the shadow thread does it */
 	prog.c = &c;
 	prog.sync = sync;
 	if (c.progress > 0 &&
