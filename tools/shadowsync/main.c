@@ -15,6 +15,8 @@ static const struct {
 	  "print the placement plan: shadow thread, trainers, replica memory" },
 	{ "train", ss_cmd_train,
 	  "train the CTR model as one rank, the replica kept in sync" },
+	{ "launch", ss_cmd_launch,
+	  "start N ranks of train on this machine, one combined summary" },
 	{ "gen-data", ss_cmd_gen_data,
 	  "write synthetic click data from a planted teacher model" },
 };

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* shadowsync launch: ranks on one machine, a failing rank, its refusals. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/ss-launch-XXXXXX";
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+
+static void setup(void)
+{
+	char cmd[512];
+
+	strcpy(dir, "/tmp/ss-launch-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/train.txt --examples 6000 --cardinality 300 >/dev/null && "
+		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --stream 1 >/dev/null",
+		SS_COMMAND, dir, SS_COMMAND, dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(cmd_launch, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs a shell command; its output in @out; returns its exit status. */
+static int run(const char *cmd, char *out, size_t size)
+{
+	FILE *p = popen(cmd, "r");
+	size_t n;
+
+	cr_assert_not_null(p);
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	return WEXITSTATUS(pclose(p));
+}
+
+static int port(void)
+{
+	return 26000 + getpid() % 500 * 8;
+}
+
+Test(cmd_launch, two_ranks_share_the_data_and_sum_up)
+{
+	char cmd[1024], out[8192];
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch -n 2 --port %d --json -- train --data %s/train.txt "
+		 "--test %s/test.txt " MODEL " --threads 1 --progress 0 2>&1",
+		 SS_COMMAND, port(), dir, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "{\"world\":2,\"transport\":\"shm\",\"failed\":0,"
+			      "\"examples\":6000,"),
+		  "%s", out);
+	cr_assert(strstr(out, "\"test_ne\":"), "%s", out);
+	/* each rank's own summary, and its share of the data */
+	cr_assert(strstr(out, "{\"rank\":0,\"world\":2,\"examples\":"), "%s",
+		  out);
+	cr_assert(strstr(out, "{\"rank\":1,\"world\":2,\"examples\":"), "%s",
+		  out);
+}
+
+Test(cmd_launch, output_is_prefixed_by_rank)
+{
+	char cmd[1024], out[8192];
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
+		 " --threads 1 --progress 0 --sync ma --verbose 2>&1",
+		 SS_COMMAND, port() + 2, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "[rank 0] "), "%s", out);
+	cr_assert(strstr(out, "[rank 1] "), "%s", out);
+	cr_assert(strstr(out, "launch: 2 ranks over shm, all succeeded"), "%s",
+		  out);
+}
+
+/*
+ * A rank killed from outside: launch stops the other one (which had far
+ * more work left) and exits 1, saying which rank failed.
+ */
+Test(cmd_launch, a_failing_rank_stops_the_others)
+{
+	char cmd[2048], out[8192];
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
+		"%s launch -n 2 --port %d -- train --data %s/big.txt " MODEL
+		" --threads 1 --progress 0 > %s/out 2>&1 & L=$!; "
+		"for i in $(seq 100); do "
+		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
+		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
+		SS_COMMAND, dir, SS_COMMAND, port() + 4, dir, dir, dir);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "launch status 1"), "%s", out);
+	/* rank 1, unless process ids wrapped around between the forks */
+	cr_assert(strstr(out,
+			 "failed (killed by Killed); stopping the other ranks"),
+		  "%s", out);
+	cr_assert(strstr(out, "killed by Terminated"), "%s", out);
+	cr_assert(strstr(out, "FAILED"), "%s", out);
+}
+
+Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
+{
+	static const struct {
+		const char *args, *says;
+	} cases[] = {
+		{ "-- train --data x", "-n: it is required" },
+		{ "-n 0 -- train --data x", "--ranks" },
+		{ "-n 2 -- train --data x --rank 1", "train option --rank" },
+		{ "-n 2 -- train --data x --peers a:1",
+		  "train option --peers" },
+		{ "-n 2 -- train --data x --transport shm",
+		  "give --transport before --" },
+		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
+		{ "-n 2 --transport ib -- train", "--transport" },
+		{ "-n 2 --bogus -- train", "unknown option" },
+	};
+	char cmd[512], out[4096];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		snprintf(cmd, sizeof(cmd), "%s launch %s 2>&1", SS_COMMAND,
+			 cases[i].args);
+		cr_expect_eq(run(cmd, out, sizeof(out)), 2, "%s: %s",
+			     cases[i].args, out);
+		cr_expect(strstr(out, cases[i].says), "%s: wanted '%s' in: %s",
+			  cases[i].args, cases[i].says, out);
+	}
+}
+
+Test(cmd_launch, help_names_every_option)
+{
+	char cmd[256], out[4096];
+
+	snprintf(cmd, sizeof(cmd), "%s launch --help", SS_COMMAND);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert(strstr(out, "--ranks") && strstr(out, "--transport") &&
+			  strstr(out, "--port") && strstr(out, "--timeout") &&
+			  strstr(out, "--json"),
+		  "%s", out);
+}

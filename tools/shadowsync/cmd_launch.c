@@ -1,0 +1,564 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync launch: N ranks of `shadowsync train` on this machine.  Each
+ * rank's output comes back prefixed by its rank; when one rank fails, or on
+ * Ctrl-C, every other rank is stopped; at the end one combined summary.
+ * The ranks print JSON summaries that only this command reads, so the
+ * combined table needs no parsing of human output.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+
+static const char ss_launch_prog[] = "shadowsync launch";
+
+/* After a failure or Ctrl-C, how long ranks get to exit before SIGKILL. */
+#define SS_LAUNCH_GRACE_MS 5000
+
+static void ss_launch_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync launch -n N [OPTIONS] -- train [TRAIN OPTIONS]\n"
+		"\n"
+		"Start N ranks of 'shadowsync train' on this machine, connected to each\n"
+		"other, print their output prefixed by rank and one combined summary.\n"
+		"If a rank fails, or on Ctrl-C, the other ranks are stopped and the exit\n"
+		"status is 1.  launch gives each rank --rank, --peers and --transport.\n"
+		"\n"
+		"  -n, --ranks N       ranks to start (1 to %d)\n"
+		"  --transport T       shm (default), verbs or auto\n"
+		"  --host ADDR         address the ranks listen on (default 127.0.0.1;\n"
+		"                      over verbs: the RDMA netdev's address)\n"
+		"  --port P            port of rank 0, rank r uses P + r (default: one\n"
+		"                      derived from the process id)\n"
+		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
+		"  --json              print the combined summary as JSON\n"
+		"  -h, --help          this help\n"
+		"\n"
+		"example: shadowsync launch -n 4 -- train --data train.txt --test test.txt\n",
+		SS_FABRIC_MAX_PEERS);
+}
+
+struct ss_rank_proc {
+	pid_t pid;
+	int out_fd, err_fd; /* read ends; -1 once closed */
+	char out_buf[4096], err_buf[4096];
+	size_t out_len, err_len;
+	char *json; /* the rank's JSON summary line */
+	int status; /* wait status, valid once exited */
+	bool exited;
+	double seconds;
+};
+
+struct ss_launch {
+	int n;
+	enum ss_transport transport;
+	const char *host;
+	long port, timeout_s;
+	bool json, start_failed;
+	int train_argc;
+	char **train_argv;
+	struct ss_rank_proc *ranks;
+};
+
+static volatile sig_atomic_t ss_launch_interrupted;
+
+static void ss_launch_on_signal(int sig)
+{
+	ss_launch_interrupted = sig;
+}
+
+/* Options train must not get from the user: launch sets them per rank. */
+static int ss_launch_check_train_args(int argc, char **argv)
+{
+	static const char *const owned[] = { "--rank", "--peers", "--hostfile",
+					     "--transport", NULL };
+
+	if (argc < 1 || strcmp(argv[0], "train"))
+		return ss_error_set(
+			SS_EUSAGE, "launch runs 'train'",
+			"shadowsync launch -n N -- train --data FILE ...",
+			"'%s' after --", argc ? argv[0] : "(nothing)");
+	for (int i = 1; i < argc; i++)
+		for (int k = 0; owned[k]; k++) {
+			size_t len = strlen(owned[k]);
+
+			if (!strncmp(argv[i], owned[k], len) &&
+			    (argv[i][len] == '\0' || argv[i][len] == '='))
+				return ss_error_set(
+					SS_EUSAGE,
+					"launch sets it for each rank",
+					owned[k][2] == 't' ?
+						"give --transport before --" :
+						"leave it out; launch numbers the ranks",
+					"train option %s", owned[k]);
+		}
+	return 0;
+}
+
+static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
+{
+	static const struct option options[] = {
+		{ "ranks", required_argument, NULL, 'n' },
+		{ "transport", required_argument, NULL, 't' },
+		{ "host", required_argument, NULL, 'H' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	long v;
+	int opt, rc = 0;
+
+	l->transport = SS_TRANSPORT_SHM;
+	l->host = "127.0.0.1";
+	l->port = 20000 + getpid() % 20000;
+	optind = 1;
+	/* '+': stop at the first non-option, the train command. */
+	while ((opt = getopt_long(argc, argv, "+n:h", options, NULL)) != -1) {
+		switch (opt) {
+		case 'n':
+			rc = ss_parse_long("--ranks", optarg, 1,
+					   SS_FABRIC_MAX_PEERS, &v);
+			l->n = (int)v;
+			break;
+		case 't':
+			rc = ss_transport_parse("--transport", optarg,
+						&l->transport);
+			break;
+		case 'H':
+			l->host = optarg;
+			break;
+		case 'p':
+			rc = ss_parse_long("--port", optarg, 1, 65535 - 64,
+					   &l->port);
+			break;
+		case 'T':
+			rc = ss_parse_long("--timeout", optarg, 0, 30 * 86400,
+					   &l->timeout_s);
+			break;
+		case 'j':
+			l->json = true;
+			break;
+		case 'h':
+			ss_launch_usage(stdout);
+			return 1;
+		default:
+			return ss_error_set(
+				SS_EUSAGE, "unknown option",
+				"'shadowsync launch --help' lists the options",
+				"%s", argv[optind - 1]);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	if (l->n == 0)
+		return ss_error_set(SS_EUSAGE, "it is required",
+				    "say how many ranks: -n 4", "-n");
+	l->train_argc = argc - optind;
+	l->train_argv = argv + optind;
+	return ss_launch_check_train_args(l->train_argc, l->train_argv);
+}
+
+/* The child: becomes `shadowsync train ... --rank r --peers ...`. */
+static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
+			   int out_fd, int err_fd)
+{
+	char **argv = calloc((size_t)l->train_argc + 10, sizeof(char *));
+	char rank[16];
+	int n = 0;
+
+	if (!argv)
+		_exit(127);
+	dup2(out_fd, STDOUT_FILENO);
+	dup2(err_fd, STDERR_FILENO);
+	snprintf(rank, sizeof(rank), "%d", r);
+	argv[n++] = "shadowsync";
+	for (int i = 0; i < l->train_argc; i++)
+		argv[n++] = l->train_argv[i];
+	argv[n++] = "--rank";
+	argv[n++] = rank;
+	argv[n++] = "--peers";
+	argv[n++] = (char *)peers;
+	argv[n++] = "--transport";
+	argv[n++] = (char *)ss_transport_name(l->transport);
+	argv[n++] = "--json";
+	argv[n] = NULL;
+	execv("/proc/self/exe", argv);
+	fprintf(stderr, "shadowsync launch: exec /proc/self/exe: %s\n",
+		strerror(errno));
+	_exit(127);
+}
+
+static int ss_launch_start(struct ss_launch *l)
+{
+	size_t size = (size_t)l->n * (strlen(l->host) + 8);
+	char *peers = malloc(size + 1);
+	int rc = 0;
+
+	if (!peers)
+		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
+	peers[0] = '\0';
+	for (int r = 0; r < l->n; r++)
+		snprintf(peers + strlen(peers), size + 1 - strlen(peers),
+			 "%s%s:%ld", r ? "," : "", l->host, l->port + r);
+	for (int r = 0; r < l->n && rc == 0; r++) {
+		struct ss_rank_proc *p = &l->ranks[r];
+		int out[2], err[2];
+
+		if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
+			rc = ss_error_set(-errno, NULL, NULL,
+					  "pipe for rank %d", r);
+			break;
+		}
+		fflush(NULL);
+		p->pid = fork();
+		if (p->pid == 0)
+			ss_launch_exec(l, r, peers, out[1], err[1]);
+		close(out[1]);
+		close(err[1]);
+		p->out_fd = out[0];
+		p->err_fd = err[0];
+		if (p->pid < 0)
+			rc = ss_error_set(-errno, NULL, NULL, "fork rank %d",
+					  r);
+	}
+	if (rc == 0)
+		ss_log_info("launched %d ranks over %s, peers %s", l->n,
+			    ss_transport_name(l->transport), peers);
+	free(peers);
+	return rc;
+}
+
+/* Passes on complete lines; keeps the rank's JSON summary for the end. */
+static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
+			    FILE *to, bool flush_all)
+{
+	struct ss_rank_proc *p = &l->ranks[r];
+	char *start = buf, *nl;
+
+	while ((nl = memchr(start, '\n', *len - (size_t)(start - buf))) ||
+	       (flush_all && start < buf + *len)) {
+		size_t n = nl ? (size_t)(nl - start) :
+				*len - (size_t)(start - buf);
+
+		if (to == stdout && n > 9 && !strncmp(start, "{\"rank\":", 8)) {
+			free(p->json);
+			p->json = strndup(start, n);
+		} else {
+			fprintf(to, "[rank %d] %.*s\n", r, (int)n, start);
+		}
+		start += n + (nl ? 1 : 0);
+	}
+	*len -= (size_t)(start - buf);
+	memmove(buf, start, *len);
+	/* A line longer than the buffer goes out in pieces. */
+	if (*len == 4096 - 1) {
+		fprintf(to, "[rank %d] %.*s\n", r, (int)*len, buf);
+		*len = 0;
+	}
+}
+
+static void ss_launch_read(struct ss_launch *l, int r, bool is_err)
+{
+	struct ss_rank_proc *p = &l->ranks[r];
+	int *fd = is_err ? &p->err_fd : &p->out_fd;
+	char *buf = is_err ? p->err_buf : p->out_buf;
+	size_t *len = is_err ? &p->err_len : &p->out_len;
+	ssize_t got = read(*fd, buf + *len, 4096 - 1 - *len);
+
+	if (got > 0) {
+		*len += (size_t)got;
+		ss_launch_lines(l, r, buf, len, is_err ? stderr : stdout,
+				false);
+		return;
+	}
+	if (got < 0 && errno == EINTR)
+		return;
+	ss_launch_lines(l, r, buf, len, is_err ? stderr : stdout, true);
+	close(*fd);
+	*fd = -1;
+}
+
+static void ss_launch_kill(struct ss_launch *l, int sig)
+{
+	for (int r = 0; r < l->n; r++)
+		if (l->ranks[r].pid > 0 && !l->ranks[r].exited)
+			kill(l->ranks[r].pid, sig);
+}
+
+static bool ss_launch_failed(const struct ss_rank_proc *p)
+{
+	return !WIFEXITED(p->status) || WEXITSTATUS(p->status) != 0;
+}
+
+static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
+			       size_t size)
+{
+	if (WIFEXITED(p->status))
+		snprintf(buf, size, "exit %d", WEXITSTATUS(p->status));
+	else if (WIFSIGNALED(p->status))
+		snprintf(buf, size, "killed by %s",
+			 strsignal(WTERMSIG(p->status)));
+	else
+		snprintf(buf, size, "status 0x%x", p->status);
+}
+
+/*
+ * Relays output and reaps ranks until all have exited.  The first failure,
+ * a signal or the time limit stops the rest: SIGTERM, then SIGKILL after
+ * the grace period.  Returns the number of failed ranks.
+ */
+static int ss_launch_wait(struct ss_launch *l)
+{
+	uint64_t start = ss_now_ns(), stop_at = 0;
+	int live = 0, failed = 0;
+	bool stopping = l->start_failed;
+
+	for (int r = 0; r < l->n; r++) {
+		if (l->ranks[r].pid > 0) {
+			live++;
+		} else { /* never started */
+			l->ranks[r].exited = true;
+			l->ranks[r].status = 127 << 8;
+			failed++;
+		}
+	}
+
+	while (live > 0) {
+		struct pollfd fds[2 * SS_FABRIC_MAX_PEERS];
+		int who[2 * SS_FABRIC_MAX_PEERS], nfds = 0;
+		uint64_t now;
+		pid_t pid;
+		int status;
+
+		for (int r = 0; r < l->n; r++) {
+			if (l->ranks[r].out_fd >= 0) {
+				who[nfds] = r;
+				fds[nfds++] = (struct pollfd){
+					.fd = l->ranks[r].out_fd,
+					.events = POLLIN
+				};
+			}
+			if (l->ranks[r].err_fd >= 0) {
+				who[nfds] = -1 - r;
+				fds[nfds++] = (struct pollfd){
+					.fd = l->ranks[r].err_fd,
+					.events = POLLIN
+				};
+			}
+		}
+		if (poll(fds, (nfds_t)nfds, nfds ? 100 : 0) > 0)
+			for (int i = 0; i < nfds; i++)
+				if (fds[i].revents)
+					ss_launch_read(l,
+						       who[i] >= 0 ?
+							       who[i] :
+							       -1 - who[i],
+						       who[i] < 0);
+		if (nfds == 0)
+			usleep(20000);
+		now = ss_now_ns();
+		while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+			for (int r = 0; r < l->n; r++) {
+				struct ss_rank_proc *p = &l->ranks[r];
+				char what[64];
+
+				if (p->pid != pid)
+					continue;
+				p->exited = true;
+				p->status = status;
+				p->seconds = (double)(now - start) / 1e9;
+				live--;
+				if (!ss_launch_failed(p))
+					break;
+				failed++;
+				ss_launch_describe(p, what, sizeof(what));
+				if (!stopping)
+					fprintf(stderr,
+						"shadowsync launch: rank %d failed (%s); stopping the other ranks\n",
+						r, what);
+				stopping = true;
+			}
+		if (ss_launch_interrupted && !stopping) {
+			fprintf(stderr,
+				"shadowsync launch: %s; stopping every rank\n",
+				strsignal(ss_launch_interrupted));
+			stopping = true;
+		}
+		if (l->timeout_s && !stopping &&
+		    now - start > (uint64_t)l->timeout_s * 1000000000ull) {
+			fprintf(stderr,
+				"shadowsync launch: --timeout %ld s reached; stopping every rank\n",
+				l->timeout_s);
+			stopping = true;
+		}
+		if (stopping && !stop_at && live > 0) {
+			ss_launch_kill(l, SIGTERM);
+			stop_at = now + SS_LAUNCH_GRACE_MS * 1000000ull;
+		}
+		if (stop_at && now > stop_at) {
+			ss_launch_kill(l, SIGKILL);
+			stop_at = UINT64_MAX;
+		}
+	}
+	/* Output written just before exiting. */
+	for (int r = 0; r < l->n; r++) {
+		while (l->ranks[r].out_fd >= 0)
+			ss_launch_read(l, r, false);
+		while (l->ranks[r].err_fd >= 0)
+			ss_launch_read(l, r, true);
+	}
+	if (ss_launch_interrupted || stop_at)
+		for (int r = 0; r < l->n; r++)
+			if (!ss_launch_failed(&l->ranks[r]) &&
+			    !l->ranks[r].json)
+				failed++; /* stopped before it finished */
+	return failed;
+}
+
+/* A number from a rank's flat JSON summary; NAN when absent. */
+static double ss_json_number(const char *json, const char *key)
+{
+	char pat[64];
+	const char *at;
+
+	if (!json)
+		return NAN;
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	at = strstr(json, pat);
+	return at ? strtod(at + strlen(pat), NULL) : NAN;
+}
+
+struct ss_launch_totals {
+	double examples, examples_per_s, ne, rounds_per_s, sync_gap;
+	int with_ne, with_sync;
+};
+
+static void ss_launch_totals(const struct ss_launch *l,
+			     struct ss_launch_totals *t)
+{
+	memset(t, 0, sizeof(*t));
+	for (int r = 0; r < l->n; r++) {
+		const char *j = l->ranks[r].json;
+		double ne = ss_json_number(j, "test_ne");
+		double rps = ss_json_number(j, "rounds_per_s");
+
+		if (!j)
+			continue;
+		t->examples += ss_json_number(j, "examples");
+		t->examples_per_s += ss_json_number(j, "examples_per_s");
+		if (!isnan(ne)) {
+			t->ne += ne;
+			t->with_ne++;
+		}
+		if (!isnan(rps)) {
+			t->rounds_per_s += rps;
+			t->sync_gap += ss_json_number(j, "sync_gap");
+			t->with_sync++;
+		}
+	}
+	if (t->with_ne)
+		t->ne /= t->with_ne;
+	if (t->with_sync) {
+		t->rounds_per_s /= t->with_sync;
+		t->sync_gap /= t->with_sync;
+	}
+}
+
+static void ss_launch_print_json(const struct ss_launch *l, int failed)
+{
+	struct ss_launch_totals t;
+
+	ss_launch_totals(l, &t);
+	printf("{\"world\":%d,\"transport\":\"%s\",\"failed\":%d,\"examples\":%.0f,\"examples_per_s\":%.1f",
+	       l->n, ss_transport_name(l->transport), failed, t.examples,
+	       t.examples_per_s);
+	if (t.with_ne)
+		printf(",\"test_ne\":%.6f", t.ne);
+	if (t.with_sync)
+		printf(",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f",
+		       t.rounds_per_s, t.sync_gap);
+	printf(",\"ranks\":[");
+	for (int r = 0; r < l->n; r++)
+		printf("%s%s", r ? "," : "",
+		       l->ranks[r].json ? l->ranks[r].json : "null");
+	printf("]}\n");
+}
+
+static void ss_launch_print_table(const struct ss_launch *l, int failed)
+{
+	struct ss_launch_totals t;
+
+	ss_launch_totals(l, &t);
+	printf("launch: %d ranks over %s, %s\n", l->n,
+	       ss_transport_name(l->transport),
+	       failed ? "FAILED" : "all succeeded");
+	printf("%5s  %-22s %10s %12s %8s %9s %8s\n", "rank", "status",
+	       "examples", "examples/s", "NE", "rounds/s", "gap");
+	for (int r = 0; r < l->n; r++) {
+		const struct ss_rank_proc *p = &l->ranks[r];
+		const char *j = p->json;
+		char what[64];
+
+		ss_launch_describe(p, what, sizeof(what));
+		printf("%5d  %-22s %10.0f %12.0f %8.4f %9.1f %8.1f\n", r, what,
+		       ss_json_number(j, "examples"),
+		       ss_json_number(j, "examples_per_s"),
+		       ss_json_number(j, "test_ne"),
+		       ss_json_number(j, "rounds_per_s"),
+		       ss_json_number(j, "sync_gap"));
+	}
+	printf("%5s  %-22s %10.0f %12.0f %8.4f %9.1f %8.1f\n", "all",
+	       "(sum; NE and sync: mean)", t.examples, t.examples_per_s,
+	       t.with_ne ? t.ne : NAN, t.with_sync ? t.rounds_per_s : NAN,
+	       t.with_sync ? t.sync_gap : NAN);
+}
+
+int ss_cmd_launch(int argc, char **argv)
+{
+	struct ss_launch l = { 0 };
+	struct sigaction sa = { .sa_handler = ss_launch_on_signal };
+	int failed, rc = ss_launch_parse(argc, argv, &l);
+
+	if (rc == 1)
+		return SS_EXIT_OK;
+	if (rc < 0)
+		return ss_cmd_fail(ss_launch_prog, rc);
+	l.ranks = calloc((size_t)l.n, sizeof(*l.ranks));
+	if (!l.ranks)
+		return ss_cmd_fail(ss_launch_prog,
+				   ss_error_set(-ENOMEM, NULL, NULL, "ranks"));
+	for (int r = 0; r < l.n; r++)
+		l.ranks[r].out_fd = l.ranks[r].err_fd = -1;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	rc = ss_launch_start(&l);
+	if (rc < 0) {
+		ss_error_print(stderr, ss_launch_prog, rc);
+		l.start_failed = true; /* stop the ranks that did start */
+	}
+	failed = ss_launch_wait(&l);
+	if (l.json)
+		ss_launch_print_json(&l, failed);
+	else
+		ss_launch_print_table(&l, failed);
+	for (int r = 0; r < l.n; r++)
+		free(l.ranks[r].json);
+	free(l.ranks);
+	return rc < 0 || failed ? SS_EXIT_FAILURE : SS_EXIT_OK;
+}
