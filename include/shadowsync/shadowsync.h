@@ -11,5 +11,6 @@
 #include "shadowsync/fabric.h"
 #include "shadowsync/sync.h"
 #include "shadowsync/train.h"
+#include "shadowsync/checkpoint.h"
 
 #endif /* SHADOWSYNC_H */

@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Checkpoints: a replica's parameters on disk, written atomically and
+ * refused on reload when they do not belong to the model being trained.
+ *
+ * File layout (all integers little-endian), 64 bytes of header then the
+ * parameters as little-endian IEEE-754 floats:
+ *
+ *   0  magic "SSCKPT\0\0"      8 bytes
+ *   8  version (1)             u32
+ *  12  header size (64)        u32
+ *  16  layout hash             u64   the model's sizes (ss_model_layout_hash)
+ *  24  parameters              u64   count of floats that follow
+ *  32  examples                u64   examples trained on, as the saver counted
+ *  40  checksum                u64   FNV-1a over the parameters' 64-bit words,
+ *                                    then over header bytes 0..39
+ *  48  reserved (zero)         16 bytes
+ */
+#ifndef SHADOWSYNC_CHECKPOINT_H
+#define SHADOWSYNC_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SS_CHECKPOINT_VERSION 1
+
+/*
+ * ss_checkpoint_save() - write @n floats of @params with @layout_hash and
+ * @examples to @path: a temporary file in the same folder, fsync, rename
+ * over @path, fsync of the folder.  A crash or a failure leaves the
+ * previous file at @path whole.  @params may be written by trainers
+ * meanwhile (Hogwild): what is saved is one racy snapshot whose checksum
+ * matches what was written.  Returns 0 or an error naming the file.
+ */
+int ss_checkpoint_save(const char *path, const float *params, size_t n,
+		       uint64_t layout_hash, uint64_t examples);
+
+/*
+ * ss_checkpoint_load() - verify @path (magic, version, layout hash, size,
+ * checksum) and only then read its parameters into @params (@n floats).
+ * Returns 0 with *@examples set, or SS_ELAYOUT / SS_EPARSE / -errno with a
+ * detail saying what differed and leaving @params untouched.
+ */
+int ss_checkpoint_load(const char *path, float *params, size_t n,
+		       uint64_t layout_hash, uint64_t *examples);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_CHECKPOINT_H */

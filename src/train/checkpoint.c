@@ -1,0 +1,304 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Checkpoints (layout in include/shadowsync/checkpoint.h): saved through a
+ * temporary file and a rename so that a crash never leaves half a file
+ * under the real name; loaded only after the whole file has been checked,
+ * so a bad file never half-overwrites a replica.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/hogwild.h"
+#include "shadowsync/base.h"
+#include "shadowsync/checkpoint.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoints store little-endian floats; add byte swapping here"
+#endif
+
+#define SS_CKPT_MAGIC "SSCKPT\0\0"
+#define SS_CKPT_HEADER 64
+#define SS_CKPT_CHUNK (1u << 20) /* floats copied, hashed, written at once */
+
+static const uint64_t ss_fnv_basis = 0xcbf29ce484222325ull;
+
+static uint64_t ss_fnv_words(uint64_t h, const void *data, size_t bytes)
+{
+	const unsigned char *p = data;
+	size_t i = 0;
+
+	for (; i + 8 <= bytes; i += 8) {
+		uint64_t w;
+
+		memcpy(&w, p + i, 8);
+		h = (h ^ w) * 0x100000001b3ull;
+	}
+	for (; i < bytes; i++)
+		h = (h ^ p[i]) * 0x100000001b3ull;
+	return h;
+}
+
+static void ss_put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t ss_get64(const unsigned char *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void ss_put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint32_t ss_get32(const unsigned char *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+	       (uint32_t)p[3] << 24;
+}
+
+/* A copy of trainers' memory: racy by design, see checkpoint.h. */
+SS_HOGWILD static void ss_snapshot(float *dst, const float *src, size_t n)
+{
+	memcpy(dst, src, n * sizeof(float));
+}
+
+static int ss_write_all(int fd, const void *buf, size_t len, const char *path)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t got = write(fd, p, len);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return ss_error_set(-errno, NULL,
+					    "check the free space and rights",
+					    "writing checkpoint '%s'", path);
+		p += got;
+		len -= (size_t)got;
+	}
+	return 0;
+}
+
+static int ss_read_all(int fd, void *buf, size_t len, const char *path)
+{
+	char *p = buf;
+
+	while (len > 0) {
+		ssize_t got = read(fd, p, len);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return ss_error_set(-errno, NULL, NULL,
+					    "reading checkpoint '%s'", path);
+		if (got == 0)
+			return ss_error_set(SS_EPARSE, "the file is truncated",
+					    "it was not written whole; use an "
+					    "older checkpoint",
+					    "checkpoint '%s'", path);
+		p += got;
+		len -= (size_t)got;
+	}
+	return 0;
+}
+
+/* The folder's entry for the rename must reach the disk too. */
+static void ss_sync_folder(const char *path)
+{
+	char *copy = strdup(path);
+	int fd;
+
+	if (!copy)
+		return;
+	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+	free(copy);
+}
+
+int ss_checkpoint_save(const char *path, const float *params, size_t n,
+		       uint64_t layout_hash, uint64_t examples)
+{
+	unsigned char head[SS_CKPT_HEADER] = { 0 };
+	size_t tmp_len = strlen(path) + 32;
+	char *tmp = malloc(tmp_len);
+	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
+	uint64_t h = ss_fnv_basis;
+	int fd = -1, rc = 0;
+
+	if (!tmp || !chunk) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "saving checkpoint '%s'",
+				  path);
+		goto out;
+	}
+	snprintf(tmp, tmp_len, "%s.tmp.%d", path, (int)getpid());
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		rc = ss_error_set(-errno, NULL,
+				  "the checkpoint's folder must exist and be "
+				  "writable",
+				  "creating '%s'", tmp);
+		goto out;
+	}
+	/* The header goes last, once the checksum is known. */
+	if (lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
+	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
+		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
+
+		ss_snapshot(chunk, params + at, k);
+		h = ss_fnv_words(h, chunk, k * sizeof(float));
+		rc = ss_write_all(fd, chunk, k * sizeof(float), tmp);
+	}
+	memcpy(head, SS_CKPT_MAGIC, 8);
+	ss_put32(head + 8, SS_CHECKPOINT_VERSION);
+	ss_put32(head + 12, SS_CKPT_HEADER);
+	ss_put64(head + 16, layout_hash);
+	ss_put64(head + 24, n);
+	ss_put64(head + 32, examples);
+	ss_put64(head + 40, ss_fnv_words(h, head, 40));
+	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
+	if (rc == 0)
+		rc = ss_write_all(fd, head, sizeof(head), tmp);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "fsync '%s'", tmp);
+	if (close(fd) < 0 && rc == 0)
+		rc = ss_error_set(-errno, NULL, NULL, "closing '%s'", tmp);
+	fd = -1;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "renaming '%s' to '%s'",
+				  tmp, path);
+	if (rc == 0)
+		ss_sync_folder(path);
+	else
+		unlink(tmp);
+out:
+	if (fd >= 0) {
+		close(fd);
+		unlink(tmp);
+	}
+	free(chunk);
+	free(tmp);
+	return rc;
+}
+
+/* Checks the header against what this run expects. */
+static int ss_check_header(const char *path, const unsigned char *head,
+			   size_t n, uint64_t layout_hash, off_t file_size)
+{
+	uint64_t count = ss_get64(head + 24);
+
+	if (memcmp(head, SS_CKPT_MAGIC, 8))
+		return ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
+				    "give a file written by --save",
+				    "checkpoint '%s'", path);
+	if (ss_get32(head + 8) != SS_CHECKPOINT_VERSION ||
+	    ss_get32(head + 12) != SS_CKPT_HEADER)
+		return ss_error_set(SS_EPARSE, "unknown checkpoint version",
+				    "load it with the version that wrote it",
+				    "checkpoint '%s' (version %u, this build "
+				    "reads %u)",
+				    path, ss_get32(head + 8),
+				    SS_CHECKPOINT_VERSION);
+	if (ss_get64(head + 16) != layout_hash || count != n)
+		return ss_error_set(
+			SS_ELAYOUT, "it was saved from another model layout",
+			"give the --emb-dim, --bottom, --top and --hash-size "
+			"of the run that saved it",
+			"checkpoint '%s' (layout %016llx, %llu parameters; "
+			"this model: %016llx, %zu)",
+			path, (unsigned long long)ss_get64(head + 16),
+			(unsigned long long)count,
+			(unsigned long long)layout_hash, n);
+	if (file_size != (off_t)(SS_CKPT_HEADER + n * sizeof(float)))
+		return ss_error_set(
+			SS_EPARSE,
+			file_size < (off_t)(SS_CKPT_HEADER +
+					    n * sizeof(float)) ?
+				"the file is truncated" :
+				"the file has bytes past its parameters",
+			"it was not written whole; use an older checkpoint",
+			"checkpoint '%s' (%lld bytes, the header says %zu)",
+			path, (long long)file_size,
+			SS_CKPT_HEADER + n * sizeof(float));
+	return 0;
+}
+
+int ss_checkpoint_load(const char *path, float *params, size_t n,
+		       uint64_t layout_hash, uint64_t *examples)
+{
+	unsigned char head[SS_CKPT_HEADER];
+	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
+	uint64_t h = ss_fnv_basis;
+	off_t size;
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		free(chunk);
+		return ss_error_set(-errno, NULL, "check the --load path",
+				    "checkpoint '%s'", path);
+	}
+	if (!chunk) {
+		close(fd);
+		return ss_error_set(-ENOMEM, NULL, NULL, "loading '%s'", path);
+	}
+	size = lseek(fd, 0, SEEK_END);
+	rc = size < 0 ?
+		     ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path) :
+		     0;
+	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
+	if (rc == 0 && size < SS_CKPT_HEADER)
+		rc = ss_error_set(SS_EPARSE, "the file is truncated",
+				  "it was not written whole; use an older "
+				  "checkpoint",
+				  "checkpoint '%s' (%lld bytes)", path,
+				  (long long)size);
+	if (rc == 0)
+		rc = ss_read_all(fd, head, sizeof(head), path);
+	if (rc == 0)
+		rc = ss_check_header(path, head, n, layout_hash, size);
+	/* First pass: the checksum, before anything is overwritten. */
+	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
+		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
+
+		rc = ss_read_all(fd, chunk, k * sizeof(float), path);
+		if (rc == 0)
+			h = ss_fnv_words(h, chunk, k * sizeof(float));
+	}
+	if (rc == 0 && ss_fnv_words(h, head, 40) != ss_get64(head + 40))
+		rc = ss_error_set(SS_EPARSE,
+				  "its checksum does not match: the file is "
+				  "corrupted",
+				  "use an older checkpoint", "checkpoint '%s'",
+				  path);
+	/* Second pass: the parameters themselves. */
+	if (rc == 0 && lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
+	if (rc == 0)
+		rc = ss_read_all(fd, params, n * sizeof(float), path);
+	if (rc == 0)
+		*examples = ss_get64(head + 32);
+	close(fd);
+	free(chunk);
+	return rc;
+}

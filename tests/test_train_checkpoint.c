@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* Checkpoints: a round trip, and every kind of file that must be refused. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shadowsync/shadowsync.h"
+
+#define N 3000001 /* more than one chunk, and odd */
+#define LAYOUT 0x1234abcdull
+
+static char dir[] = "/tmp/ss-ckpt-XXXXXX";
+static char path[128];
+static float *w, *back;
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/ss-ckpt-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/model.ckpt", dir);
+	w = malloc(N * sizeof(float));
+	back = malloc(N * sizeof(float));
+	cr_assert(w && back);
+	for (size_t i = 0; i < N; i++)
+		w[i] = (float)i * 0.001f - 7.0f;
+	for (size_t i = 0; i < N; i++)
+		back[i] = -1.0f;
+	cr_assert_eq(ss_checkpoint_save(path, w, N, LAYOUT, 123456), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	free(w);
+	free(back);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(checkpoint, .init = setup, .fini = teardown);
+
+/* Whether the reload left the replica as it was (all -1). */
+static bool untouched(void)
+{
+	for (size_t i = 0; i < N; i++)
+		if (back[i] != -1.0f)
+			return false;
+	return true;
+}
+
+static int load(uint64_t *examples)
+{
+	return ss_checkpoint_load(path, back, N, LAYOUT, examples);
+}
+
+Test(checkpoint, round_trip_gives_the_same_bits_and_count)
+{
+	uint64_t examples = 0;
+	struct stat st;
+
+	cr_assert_eq(load(&examples), 0, "%s", ss_last_error()->why);
+	cr_assert_eq(examples, 123456);
+	cr_assert_eq(memcmp(w, back, N * sizeof(float)), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_size, 64 + (off_t)N * 4);
+}
+
+Test(checkpoint, truncated_file_is_refused_untouched)
+{
+	uint64_t examples;
+
+	cr_assert_eq(truncate(path, 64 + (off_t)N * 4 - 1), 0);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "truncated"), "%s",
+		  ss_last_error()->why);
+	cr_assert(untouched());
+	cr_assert_eq(truncate(path, 10), 0);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "truncated"));
+}
+
+Test(checkpoint, flipped_bit_is_refused_untouched)
+{
+	uint64_t examples;
+	int fd = open(path, O_RDWR);
+	unsigned char b;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, 64 + 4 * 2000000 + 1), 1);
+	b ^= 0x10;
+	cr_assert_eq(pwrite(fd, &b, 1, 64 + 4 * 2000000 + 1), 1);
+	close(fd);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "checksum"), "%s",
+		  ss_last_error()->why);
+	cr_assert(untouched());
+}
+
+Test(checkpoint, changed_header_count_is_refused)
+{
+	uint64_t examples;
+	int fd = open(path, O_RDWR);
+	unsigned char b = 0x99;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pwrite(fd, &b, 1, 32), 1); /* examples field */
+	close(fd);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "checksum"));
+}
+
+Test(checkpoint, other_layout_is_refused_naming_both)
+{
+	uint64_t examples;
+
+	cr_assert_eq(ss_checkpoint_load(path, back, N, LAYOUT + 1, &examples),
+		     SS_ELAYOUT);
+	cr_assert(strstr(ss_last_error()->what, "00000000001234abcd") ||
+			  strstr(ss_last_error()->what, "000000001234abcd"),
+		  "%s", ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->hint, "--hash-size"));
+	cr_assert_eq(ss_checkpoint_load(path, back, N - 1, LAYOUT, &examples),
+		     SS_ELAYOUT);
+	cr_assert(untouched());
+}
+
+Test(checkpoint, other_file_is_not_a_checkpoint)
+{
+	uint64_t examples;
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	for (int i = 0; i < 100; i++)
+		fputs("0\t1\t2\n", f);
+	fclose(f);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "not a ShadowSync checkpoint"));
+	cr_assert_eq(ss_checkpoint_load("/nonexistent/x", back, N, LAYOUT,
+					&examples),
+		     -ENOENT);
+}
+
+/* A save that cannot finish leaves the previous checkpoint whole. */
+Test(checkpoint, failed_save_keeps_the_previous_file)
+{
+	char nowhere[160];
+	uint64_t examples;
+
+	snprintf(nowhere, sizeof(nowhere), "%s/no/such/folder/x", dir);
+	cr_assert_lt(ss_checkpoint_save(nowhere, w, N, LAYOUT, 1), 0);
+	cr_assert(strstr(ss_last_error()->hint, "folder"));
+	/* a save over a folder fails at the rename */
+	snprintf(nowhere, sizeof(nowhere), "%s/sub", dir);
+	cr_assert_eq(mkdir(nowhere, 0755), 0);
+	cr_assert_lt(ss_checkpoint_save(nowhere, w, N, LAYOUT, 1), 0);
+	cr_assert_eq(load(&examples), 0);
+	cr_assert_eq(examples, 123456);
+	/* and no temporary file is left behind */
+	snprintf(nowhere, sizeof(nowhere), "ls %s | grep -q tmp", dir);
+	cr_assert_neq(system(nowhere), 0);
+}
