@@ -60,6 +60,12 @@ static void ss_train_usage(FILE *out)
 		"  --device NAME          RDMA device ($SS_DEVICE)\n"
 		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
 		"  --job-key K            refuse peers of another job ($SS_JOB_KEY; default 1)\n"
+		"checkpoints\n"
+		"  --save PATH            write the model at the end (rank 0; every rank\n"
+		"                         when PATH contains {rank}), atomically\n"
+		"  --save-every S         also every S seconds while training\n"
+		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
+		"                         refused when its model layout or checksum differs\n"
 		"output\n"
 		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
 		"  --json                 print the summary as JSON\n"
@@ -99,6 +105,9 @@ enum {
 	OPT_JSON,
 	OPT_HOSTFILE,
 	OPT_PORT,
+	OPT_SAVE,
+	OPT_SAVE_EVERY,
+	OPT_LOAD,
 };
 
 struct ss_train_cmd {
@@ -117,6 +126,10 @@ struct ss_train_cmd {
 	long threads;
 	bool oversubscribe, foreground, json;
 	long seed, progress;
+	const char *save, *load; /* checkpoint paths, {rank} not yet replaced */
+	long save_every;
+	uint64_t layout_hash;
+	uint64_t resumed; /* examples the loaded checkpoint had seen */
 };
 
 static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
@@ -153,6 +166,9 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "gid-index", required_argument, NULL, OPT_GID },
 		{ "job-key", required_argument, NULL, OPT_JOB_KEY },
 		{ "progress", required_argument, NULL, OPT_PROGRESS },
+		{ "save", required_argument, NULL, OPT_SAVE },
+		{ "save-every", required_argument, NULL, OPT_SAVE_EVERY },
+		{ "load", required_argument, NULL, OPT_LOAD },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -304,6 +320,16 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_JSON:
 			c->json = true;
 			break;
+		case OPT_SAVE:
+			c->save = optarg;
+			break;
+		case OPT_SAVE_EVERY:
+			rc = ss_parse_long("--save-every", optarg, 1,
+					   86400 * 30, &c->save_every);
+			break;
+		case OPT_LOAD:
+			c->load = optarg;
+			break;
 		case 'v':
 			ss_log_set_level(SS_LOG_DEBUG);
 			break;
@@ -326,6 +352,10 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "give the training data: --data FILE",
 				    "--data");
+	if (c->save_every && !c->save)
+		return ss_error_set(SS_EUSAGE, "it needs --save",
+				    "say where to write: --save PATH",
+				    "--save-every");
 	return ss_model_check(&c->model);
 }
 
@@ -431,49 +461,118 @@ static uint64_t ss_layout_hash(const struct ss_model_config *m)
 	return h;
 }
 
+/* PATH with {rank} replaced by this rank; NULL when this rank does not
+ * save (only rank 0 does, unless the path names the rank). */
+static const char *ss_checkpoint_path(const struct ss_train_cmd *c,
+				      const char *path, bool saving, char *buf,
+				      size_t size)
+{
+	const char *at = strstr(path, "{rank}");
+
+	if (!at)
+		return saving && c->fabric.rank != 0 ? NULL : path;
+	snprintf(buf, size, "%.*s%d%s", (int)(at - path), path, c->fabric.rank,
+		 at + 6);
+	return buf;
+}
+
+/* Saves this rank's replica, if it is the one that saves. */
+static int ss_train_save(const struct ss_train_cmd *c, const float *params,
+			 uint64_t examples)
+{
+	char buf[4096];
+	const char *path =
+		ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
+	int rc;
+
+	if (!path)
+		return 0;
+	rc = ss_checkpoint_save(path, params, ss_model_len(&c->model),
+				c->layout_hash, c->resumed + examples);
+	if (rc == 0)
+		ss_log_info("checkpoint: %s (%" PRIu64 " examples)", path,
+			    c->resumed + examples);
+	return rc < 0 ? ss_error_prefix("--save") : 0;
+}
+
 struct ss_progress {
 	struct ss_train_cmd *c;
 	struct ss_sync *sync;
+	const float *params;
 	uint64_t examples;
 	bool stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 };
 
+static void ss_progress_line(struct ss_progress *p, double secs)
+{
+	uint64_t ex = __atomic_load_n(&p->examples, __ATOMIC_RELAXED);
+
+	fprintf(stderr,
+		"rank %d: %.0f s: %" PRIu64
+		" examples, %.0f/s (%.0f/s per trainer)",
+		p->c->fabric.rank, secs, ex, (double)ex / secs,
+		(double)ex / secs / p->c->train.threads);
+	if (p->sync) {
+		struct ss_sync_stats st;
+
+		ss_sync_get_stats(p->sync, &st);
+		fprintf(stderr, "; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
+			st.rounds, st.rounds_per_s, st.sync_gap);
+	}
+	fputc('\n', stderr);
+}
+
+/*
+ * Progress lines every --progress seconds and checkpoints every
+ * --save-every seconds, while the trainers run.  A periodic save that
+ * fails is reported and training goes on: the final save says it again.
+ */
 static void *ss_progress_main(void *arg)
 {
 	struct ss_progress *p = arg;
-	uint64_t start = ss_now_ns();
-	struct timespec until;
+	const uint64_t s = 1000000000ull, start = ss_now_ns();
+	uint64_t next_line = p->c->progress ?
+				     start + (uint64_t)p->c->progress * s :
+				     UINT64_MAX;
+	uint64_t next_save = p->c->save_every ?
+				     start + (uint64_t)p->c->save_every * s :
+				     UINT64_MAX;
 
 	pthread_mutex_lock(&p->lock);
-	clock_gettime(CLOCK_REALTIME, &until);
-	for (;;) {
-		uint64_t ex;
-		double secs;
+	while (!p->stop) {
+		uint64_t now = ss_now_ns(),
+			 due = next_line < next_save ? next_line : next_save;
 
-		until.tv_sec += p->c->progress;
-		while (!p->stop &&
-		       pthread_cond_timedwait(&p->cond, &p->lock, &until) == 0)
-			;
-		if (p->stop)
-			break;
-		ex = __atomic_load_n(&p->examples, __ATOMIC_RELAXED);
-		secs = (double)(ss_now_ns() - start) / 1e9;
-		fprintf(stderr,
-			"rank %d: %.0f s: %" PRIu64
-			" examples, %.0f/s (%.0f/s per trainer)",
-			p->c->fabric.rank, secs, ex, (double)ex / secs,
-			(double)ex / secs / p->c->train.threads);
-		if (p->sync) {
-			struct ss_sync_stats st;
+		if (due > now) {
+			struct timespec until;
+			uint64_t ns;
 
-			ss_sync_get_stats(p->sync, &st);
-			fprintf(stderr,
-				"; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
-				st.rounds, st.rounds_per_s, st.sync_gap);
+			clock_gettime(CLOCK_REALTIME, &until);
+			ns = (uint64_t)until.tv_nsec + (due - now);
+			until.tv_sec += (time_t)(ns / s);
+			until.tv_nsec = (long)(ns % s);
+			pthread_cond_timedwait(&p->cond, &p->lock, &until);
+			continue;
 		}
-		fputc('\n', stderr);
+		pthread_mutex_unlock(&p->lock);
+		if (now >= next_line) {
+			ss_progress_line(p, (double)(now - start) / 1e9);
+			next_line += (uint64_t)p->c->progress * s;
+		}
+		if (now >= next_save) {
+			int rc = ss_train_save(
+				p->c, p->params,
+				__atomic_load_n(&p->examples,
+						__ATOMIC_RELAXED));
+
+			if (rc < 0)
+				ss_error_print(stderr, ss_train_prog, rc);
+			next_save =
+				ss_now_ns() + (uint64_t)p->c->save_every * s;
+		}
+		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
@@ -576,8 +675,9 @@ int ss_cmd_train(int argc, char **argv)
 	c.train.threads = plan->trainers;
 	ss_log_info("plan: %d trainers; %s", plan->trainers, plan->note);
 
+	c.layout_hash = ss_layout_hash(&c.model);
 	if (c.sync.algo != SS_SYNC_NONE) {
-		c.fabric.layout_hash = ss_layout_hash(&c.model);
+		c.fabric.layout_hash = c.layout_hash;
 		c.sync.topo = topo;
 		c.sync.numa = plan->replica_numa;
 		rc = ss_fabric_open(&fabric, &c.fabric);
@@ -593,6 +693,20 @@ int ss_cmd_train(int argc, char **argv)
 			goto out;
 	}
 	ss_model_init(&c.model, params, (uint64_t)c.seed);
+	if (c.load) {
+		char buf[4096];
+		const char *path =
+			ss_checkpoint_path(&c, c.load, false, buf, sizeof(buf));
+
+		rc = ss_checkpoint_load(path, params, len, c.layout_hash,
+					&c.resumed);
+		if (rc < 0) {
+			ss_error_prefix("--load");
+			goto out;
+		}
+		ss_log_info("resuming from %s (%" PRIu64 " examples seen)",
+			    path, c.resumed);
+	}
 	if (sync) {
 		rc = ss_fabric_connect(fabric);
 		if (rc == 0)
@@ -620,7 +734,8 @@ int ss_cmd_train(int argc, char **argv)
 		c.train.sync_every = 0; /* the shadow thread does it */
 	prog.c = &c;
 	prog.sync = sync;
-	if (c.progress > 0 &&
+	prog.params = params;
+	if ((c.progress > 0 || c.save_every > 0) &&
 	    pthread_create(&prog_thread, NULL, ss_progress_main, &prog) == 0)
 		prog_started = true;
 	rc = ss_train(&c.model, params, &c.train, &res);
@@ -650,7 +765,9 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc < 0)
 			goto out;
 	}
-	if (c.test)
+	if (c.save)
+		rc = ss_train_save(&c, params, res.examples);
+	if (rc == 0 && c.test)
 		rc = ss_evaluate(&c.model, params, c.test, c.train.bad_lines,
 				 &test);
 	if (rc < 0)
@@ -666,6 +783,8 @@ int ss_cmd_train(int argc, char **argv)
 		       res.examples ? res.loss_sum / (double)res.examples : 0,
 		       ss_sync_algo_name(c.sync.algo),
 		       c.foreground ? "foreground" : "shadow");
+		if (c.load)
+			printf(",\"resumed_examples\":%" PRIu64, c.resumed);
 		if (c.test)
 			printf(",\"test_ne\":%.6f,\"test_auc\":%.6f,\"test_calibration\":%.6f",
 			       test.ne, test.auc, test.calibration);
@@ -685,6 +804,10 @@ int ss_cmd_train(int argc, char **argv)
 		       c.fabric.rank, c.fabric.world, res.examples, res.seconds,
 		       (double)res.examples / res.seconds,
 		       res.examples ? res.loss_sum / (double)res.examples : 0);
+		if (c.load)
+			printf("resumed from a checkpoint that had seen %" PRIu64
+			       " examples\n",
+			       c.resumed);
 		if (res.skipped)
 			printf("skipped %" PRIu64 " malformed lines\n",
 			       res.skipped);

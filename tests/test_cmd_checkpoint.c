@@ -1,0 +1,160 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* train --save/--load: resuming is exact, bad checkpoints are refused. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[] = "/tmp/ss-ckcmd-XXXXXX";
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+#define TRAIN MODEL " --threads 1 --sync none --progress 0 --batch 128"
+
+/* 6400 and 1280 examples: whole batches, so that one run over both files
+ * takes the same steps as a run over the first and a resumed one over the
+ * second. */
+static void setup(void)
+{
+	char cmd[1024];
+
+	strcpy(dir, "/tmp/ss-ckcmd-XXXXXX");
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && G='%s gen-data --cardinality 300' && "
+		 "$G --out a.txt --examples 6400 >/dev/null && "
+		 "$G --out b.txt --examples 1280 --stream 2 >/dev/null && "
+		 "$G --out test.txt --examples 1000 --stream 1 >/dev/null && "
+		 "cat a.txt b.txt > ab.txt",
+		 dir, SS_COMMAND);
+	cr_assert_eq(system(cmd), 0);
+}
+
+static void teardown(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(cmd_checkpoint, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs a shell command in the test folder; output in @out; exit status. */
+static int run(char *out, size_t size, const char *fmt, ...)
+{
+	char cmd[2048];
+	va_list ap;
+	FILE *p;
+	size_t n;
+	int k = snprintf(cmd, sizeof(cmd), "cd %s && S=%s && ", dir,
+			 SS_COMMAND);
+
+	va_start(ap, fmt);
+	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
+	va_end(ap);
+	p = popen(cmd, "r");
+	cr_assert_not_null(p);
+	n = fread(out, 1, size - 1, p);
+	out[n] = '\0';
+	return WEXITSTATUS(pclose(p));
+}
+
+static double json_number(const char *json, const char *key)
+{
+	char pat[64];
+	const char *at;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	at = strstr(json, pat);
+	cr_assert_not_null(at, "no %s in %s", key, json);
+	return strtod(at + strlen(pat), NULL);
+}
+
+Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
+{
+	char whole[4096], first[4096], resumed[4096];
+
+	cr_assert_eq(run(whole, sizeof(whole),
+			 "$S train --data ab.txt --test test.txt " TRAIN
+			 " --json 2>&1"),
+		     0, "%s", whole);
+	cr_assert_eq(run(first, sizeof(first),
+			 "$S train --data a.txt " TRAIN
+			 " --save m.ckpt --json 2>&1"),
+		     0, "%s", first);
+	cr_assert_eq(run(resumed, sizeof(resumed),
+			 "$S train --data b.txt --test test.txt " TRAIN
+			 " --load m.ckpt --save m2.ckpt --json 2>&1"),
+		     0, "%s", resumed);
+	cr_assert_eq(json_number(resumed, "resumed_examples"), 6400);
+	/* the same parameters to the last bit give the same metrics */
+	cr_assert_eq(json_number(whole, "test_ne"),
+		     json_number(resumed, "test_ne"), "%s\n%s", whole, resumed);
+	cr_assert_eq(json_number(whole, "test_auc"),
+		     json_number(resumed, "test_auc"));
+	/* and the second checkpoint counts both runs' examples */
+	cr_assert_eq(run(resumed, sizeof(resumed),
+			 "$S train --data b.txt " TRAIN
+			 " --load m2.ckpt --json 2>&1"),
+		     0, "%s", resumed);
+	cr_assert_eq(json_number(resumed, "resumed_examples"), 7680);
+}
+
+Test(cmd_checkpoint, truncated_corrupted_and_foreign_files_are_refused)
+{
+	char out[4096];
+
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN " --save m.ckpt 2>&1"),
+		     0, "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "cp m.ckpt t.ckpt && truncate -s -4 t.ckpt && "
+			 "$S train --data b.txt " TRAIN " --load t.ckpt 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "--load: checkpoint 't.ckpt'") &&
+			  strstr(out, "truncated") && strstr(out, "hint:"),
+		  "%s", out);
+	/* one byte in the middle of the parameters */
+	cr_assert_eq(run(out, sizeof(out),
+			 "cp m.ckpt c.ckpt && printf 'X' | dd of=c.ckpt bs=1 "
+			 "seek=5000 conv=notrunc 2>/dev/null && "
+			 "$S train --data b.txt " TRAIN " --load c.ckpt 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "checksum does not match"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN
+			 " --hash-size 3000 --load m.ckpt 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "another model layout") &&
+			  strstr(out, "--hash-size"),
+		  "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN " --load b.txt 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "not a ShadowSync checkpoint"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN " --save-every 5 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--save-every: it needs --save"), "%s", out);
+}
+
+/* With {rank} in the path each rank writes its own file; without, rank 0. */
+Test(cmd_checkpoint, ranks_save_their_own_file_when_the_path_names_them)
+{
+	char out[8192];
+	int port = 27000 + getpid() % 500 * 4;
+
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
+			 " --threads 1 --progress 0 --save r{rank}.ckpt "
+			 "--save-every 1 2>&1 && "
+			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
+			 " --threads 1 --progress 0 --save one.ckpt 2>&1 && ls",
+			 port, port + 2),
+		     0, "%s", out);
+	cr_assert(strstr(out, "r0.ckpt\nr1.ckpt\n"), "%s", out);
+	cr_assert(strstr(out, "one.ckpt\n"), "%s", out);
+	cr_assert_null(strstr(out, ".tmp."), "%s", out);
+}
