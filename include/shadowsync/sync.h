@@ -96,6 +96,12 @@ float *ss_sync_params(struct ss_sync *sync);
 size_t ss_sync_len(const struct ss_sync *sync);
 
 /*
+ * ss_sync_registered_bytes() - memory a replica of @n floats among @world
+ * ranks registers with the fabric (what RLIMIT_MEMLOCK must allow).
+ */
+size_t ss_sync_registered_bytes(size_t n, int world);
+
+/*
  * ss_sync_begin() - after connecting and filling the replica: start the
  * S-EASGD center and the S-BMUF global model from the replica, then wait
  * until every rank is here (a barrier, see ss_sync_barrier).

@@ -55,6 +55,33 @@ static void ss_sync_defaults(struct ss_sync *s)
 		o->seed ? o->seed : 0x9e3779b97f4a7c15ull ^ (uint64_t)s->rank;
 }
 
+/* Floats in each region: one table for allocating and for sizing. */
+static size_t ss_region_floats(int region, size_t n, int world)
+{
+	size_t shard_max = (n + (size_t)world - 1) / (size_t)world;
+
+	switch (region) {
+	case SS_R_INBOX: /* two slots per peer, then the barrier words */
+		return 2 * (size_t)world * shard_max + (size_t)world;
+	case SS_R_CENTER:
+		return shard_max;
+	default: /* PARAMS, AVG, SNAP */
+		return n;
+	}
+}
+
+size_t ss_sync_registered_bytes(size_t n, int world)
+{
+	const size_t page = 4096;
+	size_t total = 0;
+
+	for (int i = 0; i < SS_R_COUNT; i++)
+		total += (ss_region_floats(i, n, world) * sizeof(float) + page -
+			  1) /
+			 page * page;
+	return total;
+}
+
 static int ss_sync_alloc(struct ss_sync *s)
 {
 	static const unsigned access[SS_R_COUNT] = {
@@ -64,17 +91,10 @@ static int ss_sync_alloc(struct ss_sync *s)
 		[SS_R_CENTER] = SS_ACCESS_REMOTE_READ,
 		[SS_R_SNAP] = SS_ACCESS_LOCAL,
 	};
-	size_t floats[SS_R_COUNT] = {
-		[SS_R_PARAMS] = s->n,
-		[SS_R_INBOX] =
-			2 * (size_t)s->world * s->shard_max + (size_t)s->world,
-		[SS_R_AVG] = s->n,
-		[SS_R_CENTER] = s->shard_max,
-		[SS_R_SNAP] = s->n,
-	};
 
 	for (int i = 0; i < SS_R_COUNT; i++) {
-		int rc = ss_fabric_alloc(s->fabric, floats[i] * sizeof(float),
+		size_t floats = ss_region_floats(i, s->n, s->world);
+		int rc = ss_fabric_alloc(s->fabric, floats * sizeof(float),
 					 access[i], &s->r[i]);
 
 		if (rc < 0)
