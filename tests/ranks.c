@@ -59,8 +59,16 @@ int ranks_fabric_open(int rank, int world, int port_base, uint64_t job_key,
 	return ss_fabric_open(fabric, &o);
 }
 
+int ranks_life;
+
 int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 	      int timeout_s, int *exits)
+{
+	return ranks_run_restart(world, fn, arg, timeout_s, exits, -1);
+}
+
+int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
+		      int timeout_s, int *exits, int restart)
 {
 	pid_t pids[RANKS_MAX];
 	uint64_t deadline = ss_deadline_ns((uint64_t)timeout_s * 1000);
@@ -84,6 +92,22 @@ int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 		int status;
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 
+		if (pid > 0 && restart >= 0 && restart < world &&
+		    pid == pids[restart] && WIFSIGNALED(status)) {
+			pid_t again;
+
+			fflush(NULL);
+			again = fork();
+			if (again == 0) {
+				ranks_life = 1;
+				_exit(fn(restart, arg));
+			}
+			if (again > 0) { /* the rank runs on in it */
+				pids[restart] = again;
+				restart = -1; /* once */
+				continue;
+			}
+		}
 		if (pid > 0) {
 			left--;
 			if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)

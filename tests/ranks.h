@@ -54,4 +54,16 @@ int ranks_fabric_open(int rank, int world, int port_base, uint64_t job_key,
 int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 	      int timeout_s, int *exits);
 
+/* 0 in a rank's first process, 1 in the one ranks_run_restart() started. */
+extern int ranks_life;
+
+/*
+ * ranks_run_restart() - ranks_run(), and when rank @restart dies of a
+ * signal the first time, a new process of it is started (ranks_life 1 in
+ * it), as a launcher that restarts a failed rank does.  @exits gets the
+ * status of the last process of each rank.
+ */
+int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
+		      int timeout_s, int *exits, int restart);
+
 #endif /* SS_TEST_RANKS_H */

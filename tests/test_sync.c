@@ -28,6 +28,7 @@ struct job {
 	/* shared with the ranks: their final replicas and stats */
 	float (*out)[NPARAMS];
 	struct ss_sync_stats *stats;
+	float (*aux)[NPARAMS]; /* a replica each rank saves on the way */
 	uint64_t key;
 	int port_base;
 	bool bind_numa; /* replica bound to this machine's plan's NUMA node */
@@ -413,4 +414,115 @@ Test(sync, survivors_keep_completing_rounds, .timeout = 180)
 	for (int i = 0; i < NPARAMS * 2 / 3; i++)
 		cr_assert_float_eq(job.out[0][i], job.out[1][i], 1e-5,
 				   "element %d", i);
+}
+
+/* ---- a rank dies, a new process of it rejoins --------------------------- */
+
+/* What the new process starts with: far from everyone, until reseeded. */
+static float init_rejoin(int rank, int i)
+{
+	return ranks_life ? -100.0f : init_distinct(rank, i);
+}
+
+/* Replicas set by hand for the round with all three back. */
+static float known(int rank, int i)
+{
+	return 10.0f * (float)(rank + 1) + 0.01f * (float)i;
+}
+
+static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
+{
+	float *w = ss_sync_params(s);
+	struct ss_sync_stats st;
+	uint64_t deadline;
+
+	if (ranks_life == 1) {
+		/* ss_sync_begin found the others running: it reseeded us. */
+		ss_sync_get_stats(s, &st);
+		fail_if(st.reseeds != 1 || st.rounds != 0,
+			"after begin: %llu reseeds, %llu rounds; want 1, 0",
+			(unsigned long long)st.reseeds,
+			(unsigned long long)st.rounds);
+		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
+	} else {
+		fail_if(ss_sync_round(s), "first round");
+		if (rank == 2)
+			raise(SIGKILL);
+		/*
+		 * The survivors train and sync until the new process of rank
+		 * 2 asks to join: then one ss_sync_round call is the barrier
+		 * that lets it in, and it reseeds from rank 0 while rank 0
+		 * waits there, its replica still.
+		 */
+		deadline = ss_deadline_ns(60000);
+		for (;;) {
+			ss_sync_get_stats(s, &st);
+			if (st.joins > 0)
+				break;
+			fail_if(ss_deadline_passed(deadline),
+				"rank 2 not back after 60 s (%llu rounds)",
+				(unsigned long long)st.rounds);
+			for (int i = 0; i < NPARAMS; i++)
+				w[i] += 0.1f * (float)(rank + 1);
+			fail_if(ss_sync_round(s), "round %llu",
+				(unsigned long long)st.rounds);
+			ss_sleep_ns(1000000);
+		}
+		fail_if(st.joins != 1 || st.rounds < 2,
+			"let in %llu, %llu rounds; want 1, at least 2",
+			(unsigned long long)st.joins,
+			(unsigned long long)st.rounds);
+		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
+	}
+	/* All three contribute again: one round gives the exact mean. */
+	for (int i = 0; i < NPARAMS; i++)
+		w[i] = known(rank, i);
+	fail_if(ss_sync_round(s), "the round with rank 2 back");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, restarted_rank_rejoins_reseeds_and_counts_again, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_rejoin,
+			   .init = init_rejoin };
+	int exits[3] = { -1, -1, -1 };
+	const char *why = ranks_no_device();
+
+	if (why)
+		cr_skip_test("%s", why);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = 1000;
+	job.out = mmap(
+		NULL, sizeof(*job.out) * MAXW * 2 + sizeof(*job.stats) * MAXW,
+		PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(job.out, MAP_FAILED);
+	job.aux = job.out + MAXW;
+	job.stats = (struct ss_sync_stats *)(job.aux + MAXW);
+	job.key = ((uint64_t)getpid() << 20) ^ ss_now_ns();
+	job.port_base = ranks_port_base();
+	ranks_run_restart(3, sync_rank, &job, 150, exits, 2);
+	cr_assert_eq(exits[0], 0, "rank 0 failed (its message is above)");
+	cr_assert_eq(exits[1], 0, "rank 1 failed (its message is above)");
+	cr_assert_eq(exits[2], 0, "the new rank 2 failed (message above)");
+	/* Reseeded: rank 0's replica as it stood while letting rank 2 in. */
+	for (int i = 0; i < NPARAMS; i++)
+		cr_assert_eq(job.aux[2][i], job.aux[0][i],
+			     "element %d: reseeded %f, rank 0 had %f", i,
+			     job.aux[2][i], job.aux[0][i]);
+	cr_assert_eq(job.stats[0].joins, 1);
+	cr_assert_eq(job.stats[1].joins, 1);
+	cr_assert_eq(job.stats[2].reseeds, 1);
+	/* Averaged over all three again. */
+	for (int r = 0; r < 3; r++)
+		for (int i = 0; i < NPARAMS; i++) {
+			double mean = (known(0, i) + known(1, i) +
+				       (double)known(2, i)) /
+				      3;
+
+			cr_assert_float_eq(job.out[r][i], mean, 1e-4,
+					   "rank %d element %d: %f, want %f", r,
+					   i, job.out[r][i], mean);
+		}
 }

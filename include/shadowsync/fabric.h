@@ -132,7 +132,8 @@ int ss_region_index(const struct ss_region *region);
  * ss_fabric_connect() - connect to every peer and exchange handshakes.
  *
  * Lower ranks accept, higher ranks connect and retry until the timeout, so
- * ranks may start in any order.  It returns once every peer has connected
+ * ranks may start in any order; a rank restarted while the others run
+ * connects the same way (see ss_fabric_peer_ok).  It returns once every peer has connected
  * to this rank too, so that operations may start at once on both sides.  A peer whose handshake differs (magic,
  * version, world size, job key, layout hash, region count) is refused and
  * the detail says what differed.  Returns 0; -ETIMEDOUT naming the peers
@@ -144,8 +145,34 @@ int ss_fabric_connect(struct ss_fabric *fabric);
 int ss_fabric_rank(const struct ss_fabric *fabric);
 int ss_fabric_world(const struct ss_fabric *fabric);
 
-/* ss_fabric_peer_ok() - false once a peer failed or disconnected. */
+/*
+ * ss_fabric_peer_ok() - false once a peer failed or disconnected, until it
+ * is back.
+ *
+ * A failed peer is reported once (its rank and address), and retried in
+ * the background by ss_fabric_poll() and ss_fabric_progress(), 500 ms
+ * doubling to 5 s apart: a new process of that rank (same job key, layout
+ * and regions) connects again with a fresh handshake, and the peer is back
+ * (logged) with its new regions.  Nothing of the old connection survives:
+ * its operations completed with SS_EPEER, its immediates are dropped.
+ */
 bool ss_fabric_peer_ok(const struct ss_fabric *fabric, int peer);
+
+/*
+ * ss_fabric_peer_epoch() - how many times @peer has connected: 1 after
+ * ss_fabric_connect(), one more each time it comes back; 0 before.  A
+ * changed epoch means another process, whose memory holds nothing of the
+ * old one's.
+ */
+uint32_t ss_fabric_peer_epoch(const struct ss_fabric *fabric, int peer);
+
+/*
+ * ss_fabric_progress() - the endpoint's slow background work now, without
+ * waiting and without taking completions: notice failed peers, and retry
+ * the failed ones whose backoff is due.  ss_fabric_poll() does it on its
+ * own as it waits; call this when not polling for a while.
+ */
+void ss_fabric_progress(struct ss_fabric *fabric);
 
 /* ss_fabric_peer_len() - length of region @index at @peer (0 if none). */
 size_t ss_fabric_peer_len(const struct ss_fabric *fabric, int peer, int index);

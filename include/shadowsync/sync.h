@@ -105,14 +105,25 @@ size_t ss_sync_registered_bytes(size_t n, int world);
  * ss_sync_begin() - after connecting and filling the replica: start the
  * S-EASGD center and the S-BMUF global model from the replica, then wait
  * until every rank is here (a barrier, see ss_sync_barrier).
+ *
+ * When a peer has begun already (this process is a restarted rank, or a
+ * late one) it joins instead: it asks the running ranks to let it in,
+ * READs the replica of the lowest such peer while that peer waits in the
+ * barrier that lets it in, restarts the S-EASGD center shard and the
+ * S-BMUF state from it, and only then comes to that barrier; its first
+ * round is the next one of everyone.  Nothing to set: every rank calls
+ * ss_sync_begin and finds out which case it is in.  Returns 0; -ETIMEDOUT
+ * when the barrier, or the running peer, did not answer (start it again).
  */
 int ss_sync_begin(struct ss_sync *sync);
 
 /*
  * ss_sync_round() - run one round of the algorithm now, in the calling
  * thread.  Peers that do not answer within the round timeout are left out
- * and reported once.  Returns 0, or -errno / SS_E* when the round could not
- * run at all.
+ * and reported once.  When a restarted peer has asked to join, this call
+ * is instead the barrier that lets it in (ss_sync_barrier; counted in the
+ * stats' joins, not as a round).  Returns 0, or -errno / SS_E* when the
+ * round could not run at all.
  */
 int ss_sync_round(struct ss_sync *sync);
 
@@ -170,6 +181,8 @@ struct ss_sync_stats {
 	double sync_gap; /* trainer iterations between applied rounds, mean */
 	double divergence; /* ||w - consensus|| / ||consensus||, last round */
 	uint64_t peers_left_out; /* peer-rounds a peer was left out */
+	uint64_t joins; /* restarted (or late) peers let in by a barrier */
+	uint64_t reseeds; /* times this rank reseeded from a peer (0 or 1) */
 	uint64_t iterations; /* as reported by the trainers */
 };
 

@@ -16,6 +16,9 @@
 #define SS_POLL_SPIN_NS 2000000u
 /* Empty polls between two reads of the clock. */
 #define SS_POLL_BATCH 1024u
+/* Reconnection attempts to a failed peer: 500 ms doubling to 5 s apart. */
+#define SS_RETRY_FIRST_MS 500u
+#define SS_RETRY_MAX_MS 5000u
 
 static const char *const ss_transport_names[] = { "auto", "verbs", "shm",
 						  NULL };
@@ -232,8 +235,46 @@ int ss_fabric_connect(struct ss_fabric *f)
 	rc = f->ops->connect(f);
 	if (rc < 0)
 		return rc;
+	for (int p = 0; p < f->opts.world; p++)
+		f->peers[p].epoch = 1;
 	f->connected = true;
 	return 0;
+}
+
+uint32_t ss_fabric_peer_epoch(const struct ss_fabric *f, int peer)
+{
+	if (peer < 0 || peer >= f->opts.world)
+		return 0;
+	return f->peers[peer].epoch;
+}
+
+void ss_fabric_progress(struct ss_fabric *f)
+{
+	if (f->connected)
+		f->ops->progress(f);
+}
+
+bool ss__retry_due(struct ss_fabric *f, int p)
+{
+	struct ss__peer *peer = &f->peers[p];
+	uint64_t now = ss_now_ns();
+
+	if (!peer->failed || now < peer->retry_ns)
+		return false;
+	peer->retry_ns = now + peer->retry_ms * 1000000ull;
+	peer->retry_ms = peer->retry_ms * 2 < SS_RETRY_MAX_MS ?
+				 peer->retry_ms * 2 :
+				 SS_RETRY_MAX_MS;
+	return true;
+}
+
+void ss__peer_back(struct ss_fabric *f, int p, const char *how)
+{
+	struct ss__peer *peer = &f->peers[p];
+
+	peer->failed = false;
+	peer->epoch++;
+	ss_log_warn("peer %d (%s) is back: %s", p, peer->addr, how);
 }
 
 bool ss_fabric_peer_ok(const struct ss_fabric *f, int peer)
@@ -260,8 +301,13 @@ int ss__peer_fail(struct ss_fabric *f, int peer, const char *fmt, ...)
 	va_end(ap);
 	if (!f->peers[peer].failed) {
 		f->peers[peer].failed = true;
-		ss_log_warn("peer %d (%s) failed: %s", peer,
-			    f->peers[peer].addr, why);
+		/* Retried in the background (progress), never on the data path. */
+		f->peers[peer].retry_ms = SS_RETRY_FIRST_MS;
+		f->peers[peer].retry_ns =
+			ss_now_ns() + SS_RETRY_FIRST_MS * 1000000ull;
+		ss_log_warn(
+			"peer %d (%s) failed: %s; retrying in the background",
+			peer, f->peers[peer].addr, why);
 	}
 	return ss_error_set(SS_EPEER, why, NULL, "peer %d (%s)", peer,
 			    f->peers[peer].addr);

@@ -29,6 +29,9 @@ struct ss__remote_region {
 struct ss__peer {
 	bool connected;
 	bool failed; /* reported once, then every operation is refused */
+	uint32_t epoch; /* connections so far: 1 after connect, +1 per return */
+	uint64_t retry_ns; /* failed: when to try reconnecting next */
+	uint32_t retry_ms; /* failed: the backoff, 500 ms doubling to 5 s */
 	char addr[128];
 	int n_regions;
 	struct ss__remote_region regions[SS_FABRIC_MAX_REGIONS];
@@ -93,6 +96,20 @@ int ss__backlog_push(struct ss_fabric *fabric, const struct ss_completion *c);
  */
 int ss__peer_fail(struct ss_fabric *fabric, int peer, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/*
+ * ss__retry_due() - whether it is time to try reconnecting failed @peer;
+ * when it is, the next attempt is scheduled after a backoff that doubles
+ * from 500 ms to 5 s.  Cheap (one clock read): for the progress path.
+ */
+bool ss__retry_due(struct ss_fabric *fabric, int peer);
+
+/*
+ * ss__peer_back() - failed @peer has connected again (a new process of
+ * that rank, handshake checked): operations to it resume, its epoch goes
+ * up, and it is logged with its rank and address and @how.
+ */
+void ss__peer_back(struct ss_fabric *fabric, int peer, const char *how);
 
 /* ss__page_round() - @len rounded up to the page size (at least a page). */
 size_t ss__page_round(size_t len);

@@ -7,6 +7,12 @@
  * immediates per sending peer: the sender copies the data, then publishes
  * the immediate with a release store, so the receiver that sees it with an
  * acquire load sees the data too.
+ *
+ * A rank restarted while the others run creates its objects again (the old
+ * names are unlinked and replaced) and maps its peers as at the first
+ * connect, writing its pid in their "attached" word; a peer that had
+ * failed it notices the new pid (or retries on its backoff), drops what
+ * the old process left, maps the new objects and attaches in turn.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +34,7 @@ enum { SS_SHM_CREATING, SS_SHM_READY, SS_SHM_CLOSED };
 
 struct ss_shm_ring {
 	_Atomic uint64_t tail; /* written by the sender */
-	_Atomic uint32_t attached; /* the sender has mapped us */
+	_Atomic uint32_t attached; /* pid of the sender that has mapped us */
 	char pad1[52];
 	_Atomic uint64_t head; /* written by the receiver */
 	char pad2[56];
@@ -47,6 +53,8 @@ struct ss_shm_peer {
 	struct ss_shm_ctl *ctl;
 	size_t ctl_len;
 	void *maps[SS_FABRIC_MAX_REGIONS];
+	int32_t pid; /* the process mapped */
+	bool remapped; /* failed, and a new process of it mapped */
 };
 
 struct ss_shm {
@@ -226,7 +234,7 @@ static int ss_shm_map_regions(struct ss_fabric *f, int p)
 	return 0;
 }
 
-/* One attempt at mapping a peer: 0 (mapped, or retry later) or < 0. */
+/* One attempt at mapping a peer: 1 mapped, 0 retry later, or < 0. */
 static int ss_shm_try_peer(struct ss_fabric *f, int p,
 			   const struct ss__hello *mine)
 {
@@ -261,10 +269,11 @@ static int ss_shm_try_peer(struct ss_fabric *f, int p,
 	if (rc < 0)
 		return rc;
 	/* Tell the peer we are here; connected once it has said so too. */
-	atomic_store_explicit(&sp->ctl->rings[f->opts.rank].attached, 1,
-			      memory_order_release);
+	sp->pid = sp->ctl->pid;
+	atomic_store_explicit(&sp->ctl->rings[f->opts.rank].attached,
+			      (uint32_t)getpid(), memory_order_release);
 	f->peers[p].connected = true;
-	return 0;
+	return 1;
 }
 
 /* Both sides have mapped each other: 1, else 0 to wait. */
@@ -340,6 +349,7 @@ static int ss_shm_connect(struct ss_fabric *f)
 		}
 		ss_sleep_ns(2000000);
 	}
+	rc = 0;
 	s->next_liveness_ns = ss_now_ns() + SS_SHM_LIVENESS_NS;
 out:
 	free(attached);
@@ -450,12 +460,84 @@ static int ss_shm_poll(struct ss_fabric *f, struct ss_completion *out, int max)
 	return n;
 }
 
-/* Look for peers that closed or died, at most every 100 ms. */
+/* Forget a failed peer's old process: its mappings and its immediates. */
+static void ss_shm_forget(struct ss_fabric *f, int p)
+{
+	struct ss_shm *s = f->backend;
+	struct ss_shm_peer *sp = &s->peers[p];
+	struct ss_shm_ring *ring = &s->ctl->rings[p];
+
+	for (int i = 0; i < f->peers[p].n_regions; i++) {
+		if (sp->maps[i])
+			munmap(sp->maps[i], f->peers[p].regions[i].len);
+		sp->maps[i] = NULL;
+	}
+	if (sp->ctl)
+		munmap(sp->ctl, sp->ctl_len);
+	sp->ctl = NULL;
+	/*
+	 * Nobody waits for what the old process sent.  A new one cannot have
+	 * sent anything yet: it waits for us to attach first.
+	 */
+	atomic_store_explicit(
+		&ring->head,
+		atomic_load_explicit(&ring->tail, memory_order_acquire),
+		memory_order_release);
+}
+
+/*
+ * A failed peer: map a new process of its rank as connecting does, when
+ * one has attached to us (its pid in our ring) or the backoff says so.
+ * It is back once both sides have attached.
+ */
+static void ss_shm_retry(struct ss_fabric *f, int p)
+{
+	struct ss_shm *s = f->backend;
+	struct ss_shm_peer *sp = &s->peers[p];
+	uint32_t knock = atomic_load_explicit(&s->ctl->rings[p].attached,
+					      memory_order_acquire);
+	struct ss__hello mine;
+	char how[64];
+	int rc;
+
+	if (!sp->remapped) {
+		if ((!knock || knock == (uint32_t)sp->pid) &&
+		    !ss__retry_due(f, p))
+			return;
+		ss_shm_forget(f, p);
+		ss__hello_make(f, &mine);
+		rc = ss_shm_try_peer(f, p, &mine);
+		if (rc < 0)
+			ss_log_warn("shm: reconnecting: %s: %s",
+				    ss_last_error()->what,
+				    ss_last_error()->why);
+		if (rc <= 0)
+			return;
+		sp->remapped = true;
+	}
+	if (knock == (uint32_t)sp->pid) {
+		sp->remapped = false;
+		snprintf(how, sizeof(how), "shm: new process %d", sp->pid);
+		ss__peer_back(f, p, how);
+	} else if (ss__retry_due(f, p) && !ss_shm_alive(sp->ctl)) {
+		sp->remapped = false; /* died before attaching: look again */
+	}
+}
+
+/*
+ * Look for peers that closed or died, at most every 100 ms; look for new
+ * processes of failed peers.
+ */
 static void ss_shm_progress(struct ss_fabric *f)
 {
 	struct ss_shm *s = f->backend;
-	uint64_t now = ss_now_ns();
+	uint64_t now;
 
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && f->peers[p].failed &&
+		    f->peers[p].connected)
+			ss_shm_retry(f, p);
+	now = ss_now_ns();
 	if (now < s->next_liveness_ns)
 		return;
 	for (int p = 0; p < f->opts.world; p++)

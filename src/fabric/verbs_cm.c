@@ -10,6 +10,12 @@
  * carries our hello (see fabric_internal.h); a mismatched peer is rejected
  * with our hello as the reject's private data, so both sides can say what
  * differed.  Once connected, each side READs the other's region table.
+ *
+ * After the first connect the same path brings a failed peer back (a new
+ * process of its rank): the higher rank of the pair connects again on the
+ * fabric's backoff, the lower one accepts (a request from a peer it still
+ * thought up means that peer restarted), then both read the other's new
+ * table and exchange "ready" from the progress path, without blocking.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -218,12 +224,29 @@ static void ss_cm_reset(struct ss_fabric *f, int p)
 	vp->id = NULL;
 	vp->state = SS_VP_IDLE;
 	vp->retry_ns = ss_now_ns() + SS_VERBS_RETRY_NS;
+	/* a new QP: nothing in flight, nothing exchanged yet */
+	vp->sq_used = 0;
+	vp->table_read = false;
+	vp->ready_sent = false;
+	vp->ready_seen = false;
+	vp->disconnect_sent = false;
+	vp->rejoin = SS_RJ_NONE;
 }
 
+/*
+ * While connecting, the first fatal error ends ss_fabric_connect; after,
+ * a failed attempt to bring a peer back is reported and retried.
+ */
 static void ss_cm_fail(struct ss_fabric *f, int rc)
 {
 	struct ss_verbs *v = f->backend;
 
+	if (f->connected) {
+		ss_log_warn("verbs: reconnecting: %s: %s (%s)",
+			    ss_last_error()->what, ss_last_error()->why,
+			    ss_strerror(rc));
+		return;
+	}
 	if (!v->cm_fatal)
 		v->cm_fatal = rc;
 }
@@ -263,6 +286,55 @@ static int ss_cm_peer_of(struct rdma_cm_id *id)
 	return (int)(intptr_t)id->context - 1;
 }
 
+/* The table READ, or "ready", to peer @p. */
+static int ss_post_internal_one(struct ss_fabric *f, int p, bool ready)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	struct ibv_sge sge = { .addr = (uint64_t)(uintptr_t)&v->peer_tables[p],
+			       .length = sizeof(struct ss__table),
+			       .lkey = v->peer_tables_mr->lkey };
+	struct ibv_send_wr wr = { .wr_id = SS_WR_TABLE | (uint64_t)ready |
+					   ((uint64_t)p << 32),
+				  .sg_list = &sge,
+				  .num_sge = ready ? 0 : 1,
+				  .opcode = ready ? IBV_WR_RDMA_WRITE_WITH_IMM :
+						    IBV_WR_RDMA_READ,
+				  .send_flags = IBV_SEND_SIGNALED },
+			   *bad;
+
+	wr.wr.rdma.remote_addr = vp->hello.table_addr;
+	wr.wr.rdma.rkey = vp->hello.table_rkey;
+	wr.imm_data = htobe32(SS_IMM_RESERVED);
+	if (ibv_post_send(vp->qp, &wr, &bad))
+		return ss_error_set(-errno, NULL, NULL,
+				    "posting to peer %d on %s while connecting",
+				    p, ss__verbs_where(v));
+	vp->sq_used++;
+	return 0;
+}
+
+/*
+ * A connection is up.  After the first connect it is a peer coming back:
+ * read its new table (the rest in ss__verbs_reconnect).
+ */
+static void ss_cm_up(struct ss_fabric *f, int p)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+
+	vp->state = SS_VP_UP;
+	f->peers[p].connected = true;
+	if (!f->connected || !f->peers[p].failed || vp->rejoin != SS_RJ_NONE)
+		return;
+	vp->rejoin = SS_RJ_TABLE;
+	vp->rejoin_deadline = ss_deadline_ns(f->opts.timeout_ms);
+	if (ss_post_internal_one(f, p, false) < 0) {
+		ss_cm_fail(f, ss_last_error()->code);
+		ss_cm_reset(f, p);
+	}
+}
+
 /* A connect request from a peer: check its hello, accept or refuse. */
 static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 			  const void *data, size_t len)
@@ -281,7 +353,8 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 	ss__hello_from_wire(&wire, &mine);
 	p = theirs.rank;
 	bad = ss__hello_check(&mine, &theirs, -1, why, sizeof(why)) < 0;
-	if (!bad && (p < f->opts.rank || v->peers[p].state == SS_VP_UP)) {
+	if (!bad && (p < f->opts.rank ||
+		     (v->peers[p].state == SS_VP_UP && !f->connected))) {
 		snprintf(
 			why, sizeof(why),
 			"rank %d must not connect to rank %d (only higher ranks connect, once)",
@@ -297,7 +370,11 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 		rdma_destroy_id(id);
 		return;
 	}
-	if (v->peers[p].id) /* an earlier attempt of the same peer */
+	/* Once running, only a new process of a rank connects again. */
+	if (f->connected && v->peers[p].state == SS_VP_UP &&
+	    !f->peers[p].failed)
+		ss__verbs_peer_down(f, p, "a new process of it connects");
+	if (v->peers[p].id) /* an earlier attempt, or the old connection */
 		ss_cm_reset(f, p);
 	v->peers[p].hello = theirs;
 	rc = ss__verbs_create_qp(f, p, id);
@@ -353,10 +430,11 @@ static void ss_cm_response(struct ss_fabric *f, int p, const void *data,
 				  "rdma_establish with peer %d", p);
 	if (rc < 0) {
 		ss_cm_fail(f, rc);
+		if (f->connected)
+			ss_cm_reset(f, p);
 		return;
 	}
-	vp->state = SS_VP_UP;
-	f->peers[p].connected = true;
+	ss_cm_up(f, p);
 }
 
 static void ss_cm_rejected(struct ss_fabric *f, int p, const void *data,
@@ -414,6 +492,8 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 	if (p >= f->opts.world ||
 	    (p < 0 && type != RDMA_CM_EVENT_CONNECT_REQUEST))
 		return;
+	if (p >= 0 && id != v->peers[p].id)
+		return; /* of a connection since replaced */
 
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -429,6 +509,8 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 
 		if (rc < 0) {
 			ss_cm_fail(f, rc);
+			if (f->connected)
+				ss_cm_reset(f, p);
 			break;
 		}
 		ss_hello_wire(f, &wire);
@@ -446,8 +528,7 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 		ss_cm_response(f, p, data, len);
 		break;
 	case RDMA_CM_EVENT_ESTABLISHED:
-		v->peers[p].state = SS_VP_UP;
-		f->peers[p].connected = true;
+		ss_cm_up(f, p);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
 		ss_cm_rejected(f, p, data, len, status);
@@ -496,36 +577,12 @@ void ss__verbs_cm_events(struct ss_fabric *f)
 /* Post one internal operation to every peer: a table READ or "ready". */
 static int ss_post_internal(struct ss_fabric *f, bool ready)
 {
-	struct ss_verbs *v = f->backend;
-
 	for (int p = 0; p < f->opts.world; p++) {
-		struct ss_verbs_peer *vp = &v->peers[p];
-		struct ibv_sge sge = {
-			.addr = (uint64_t)(uintptr_t)&v->peer_tables[p],
-			.length = sizeof(struct ss__table),
-			.lkey = v->peer_tables_mr->lkey
-		};
-		struct ibv_send_wr
-			wr = { .wr_id = SS_WR_TABLE | (uint64_t)ready |
-					((uint64_t)p << 32),
-			       .sg_list = &sge,
-			       .num_sge = ready ? 0 : 1,
-			       .opcode = ready ? IBV_WR_RDMA_WRITE_WITH_IMM :
-						 IBV_WR_RDMA_READ,
-			       .send_flags = IBV_SEND_SIGNALED },
-			*bad;
+		int rc = p == f->opts.rank ? 0 :
+					     ss_post_internal_one(f, p, ready);
 
-		if (p == f->opts.rank)
-			continue;
-		wr.wr.rdma.remote_addr = vp->hello.table_addr;
-		wr.wr.rdma.rkey = vp->hello.table_rkey;
-		wr.imm_data = htobe32(SS_IMM_RESERVED);
-		if (ibv_post_send(vp->qp, &wr, &bad))
-			return ss_error_set(
-				-errno, NULL, NULL,
-				"posting to peer %d on %s while connecting", p,
-				ss__verbs_where(v));
-		vp->sq_used++;
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -671,4 +728,80 @@ int ss__verbs_connect(struct ss_fabric *f)
 			return ss_connect_timeout(f);
 	}
 	return ss_finish_connect(f, deadline);
+}
+
+/* A peer coming back: its table, then "ready" both ways, then it is up. */
+static void ss_rejoin_step(struct ss_fabric *f, int p)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[p];
+	char how[96];
+
+	if (vp->state != SS_VP_UP || ss_deadline_passed(vp->rejoin_deadline)) {
+		ss_log_warn(
+			"verbs: peer %d (%s) did not finish reconnecting (%s); retrying",
+			p, f->peers[p].addr,
+			vp->state != SS_VP_UP ? "disconnected" : "timed out");
+		ss_cm_reset(f, p);
+		return;
+	}
+	if (vp->rejoin == SS_RJ_TABLE && vp->table_read) {
+		if (ss__table_read(&v->peer_tables[p], &f->peers[p]) < 0) {
+			ss_log_warn(
+				"verbs: peer %d (%s): its region table is corrupt",
+				p, f->peers[p].addr);
+			ss_cm_reset(f, p);
+			return;
+		}
+		if (ss_post_internal_one(f, p, true) < 0) {
+			ss_cm_fail(f, ss_last_error()->code);
+			ss_cm_reset(f, p);
+			return;
+		}
+		vp->rejoin = SS_RJ_READY;
+	}
+	if (vp->rejoin == SS_RJ_READY && vp->ready_sent && vp->ready_seen) {
+		vp->rejoin = SS_RJ_NONE;
+		snprintf(how, sizeof(how), "verbs: new connection, QP 0x%x",
+			 vp->qp->qp_num);
+		ss__peer_back(f, p, how);
+	}
+}
+
+void ss__verbs_reconnect(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+
+	if (!f->connected)
+		return;
+	for (int p = 0; p < f->opts.world; p++) {
+		struct ss_verbs_peer *vp = &v->peers[p];
+
+		if (p == f->opts.rank || !f->peers[p].failed)
+			continue;
+		if (vp->rejoin != SS_RJ_NONE) {
+			ss_rejoin_step(f, p);
+			continue;
+		}
+		if (p > f->opts.rank) {
+			/*
+			 * It connects to us.  Still up here but failed (an
+			 * error completion): disconnect, so that it knows.
+			 */
+			if (vp->state == SS_VP_UP && vp->id &&
+			    !vp->disconnect_sent) {
+				rdma_disconnect(vp->id);
+				vp->disconnect_sent = true;
+			}
+			continue;
+		}
+		if (vp->state == SS_VP_ADDR || vp->state == SS_VP_ROUTE ||
+		    vp->state == SS_VP_CONNECTING || !ss__retry_due(f, p))
+			continue; /* an attempt in flight ends in an event */
+		ss_log_debug("verbs: reconnecting to peer %d (%s)", p,
+			     f->peers[p].addr);
+		ss_cm_reset(f, p);
+		if (ss_cm_start(f, p) < 0)
+			ss_cm_fail(f, ss_last_error()->code);
+	}
 }

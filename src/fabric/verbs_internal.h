@@ -51,6 +51,16 @@ struct ss_verbs_peer {
 	bool ready_sent; /* our "connected" immediate has completed */
 	bool ready_seen; /* its "connected" immediate has arrived */
 	bool disconnect_sent;
+	/* after the first connect: a peer coming back, as ss_finish_connect */
+	uint8_t rejoin; /* enum ss_verbs_rejoin */
+	uint64_t rejoin_deadline;
+};
+
+/* Where a peer coming back is in its handshake (done in the background). */
+enum ss_verbs_rejoin {
+	SS_RJ_NONE,
+	SS_RJ_TABLE, /* connected; its region table being read */
+	SS_RJ_READY, /* table read; "ready" sent, waiting for its own */
 };
 
 struct ss_verbs {
@@ -104,5 +114,13 @@ int ss__verbs_connect(struct ss_fabric *f);
 
 /* ss__verbs_cm_events() - handle connection events; non-blocking. */
 void ss__verbs_cm_events(struct ss_fabric *f);
+
+/*
+ * ss__verbs_reconnect() - after connecting, bring failed peers back: the
+ * higher rank of a pair connects again (on the fabric's backoff), the
+ * lower one accepts, and both read the new table and exchange "ready" as
+ * at the first connect, without blocking.  For the progress path.
+ */
+void ss__verbs_reconnect(struct ss_fabric *f);
 
 #endif /* SS_VERBS_INTERNAL_H */

@@ -48,12 +48,13 @@ static void ss_shadow_cap(struct ss_sync *s, const struct ss_shadow_base *b)
 	}
 }
 
+/* Someone to run a round with, or a peer asking to join. */
 static bool ss_any_peer(struct ss_sync *s)
 {
 	for (int p = 0; p < s->world; p++)
 		if (p != s->rank && ss__alive(s, p))
 			return true;
-	return false;
+	return ss__join_wanted(s);
 }
 
 static void *ss_shadow_main(void *arg)
@@ -75,7 +76,14 @@ static void *ss_shadow_main(void *arg)
 		int rc;
 
 		if (!ss_any_peer(s)) {
-			ss_sleep_ns(1000000); /* alone: nothing to do */
+			/*
+			 * Alone: no round to run, but a peer coming back must
+			 * be reconnected (fabric progress) and its request to
+			 * join heard (messages).
+			 */
+			ss__pump(s, 0);
+			ss_fabric_progress(s->fabric);
+			ss_sleep_ns(1000000);
 			continue;
 		}
 		rc = ss_sync_round(s);

@@ -3,6 +3,7 @@
  * The sync layer's common part: the replica's regions, messages between
  * ranks, barriers, rounds and their statistics, and the foreground mode.
  */
+#include <endian.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -65,6 +66,8 @@ static size_t ss_region_floats(int region, size_t n, int world)
 		return 2 * (size_t)world * shard_max + (size_t)world;
 	case SS_R_CENTER:
 		return shard_max;
+	case SS_R_STATE:
+		return sizeof(struct ss__state) / sizeof(float);
 	default: /* PARAMS, AVG, SNAP */
 		return n;
 	}
@@ -90,6 +93,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 		[SS_R_AVG] = SS_ACCESS_REMOTE_WRITE,
 		[SS_R_CENTER] = SS_ACCESS_REMOTE_READ,
 		[SS_R_SNAP] = SS_ACCESS_LOCAL,
+		[SS_R_STATE] = SS_ACCESS_REMOTE_READ,
 	};
 
 	for (int i = 0; i < SS_R_COUNT; i++) {
@@ -110,6 +114,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->avg = ss_region_ptr(s->r[SS_R_AVG]);
 	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
+	s->state = ss_region_ptr(s->r[SS_R_STATE]);
 	s->ctrl = (uint32_t *)(s->inbox + 2 * (size_t)s->world * s->shard_max);
 	for (int i = 0; s->opts.topo && i < SS_R_COUNT; i++) {
 		if (ss_topo_bind(s->opts.topo, ss_region_ptr(s->r[i]),
@@ -157,7 +162,11 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	s->reads_ok = calloc((size_t)s->world, sizeof(bool));
 	s->left_out = calloc((size_t)s->world, sizeof(bool));
 	s->paused = calloc((size_t)s->world, sizeof(bool));
-	if (!s->reads_ok || !s->left_out || !s->paused) {
+	s->epoch = calloc((size_t)s->world, sizeof(uint32_t));
+	s->joining = calloc((size_t)s->world, sizeof(bool));
+	s->barrier_sent = calloc((size_t)s->world, sizeof(bool));
+	if (!s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
+	    !s->joining || !s->barrier_sent) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
 		goto err;
 	}
@@ -197,6 +206,9 @@ void ss_sync_destroy(struct ss_sync **sync)
 	for (int k = 0; k < SS_MSG_KINDS; k++)
 		free(s->seen[k]);
 	free(s->paused);
+	free(s->epoch);
+	free(s->joining);
+	free(s->barrier_sent);
 	free(s->reads_ok);
 	free(s->left_out);
 	free(s->w_g);
@@ -246,6 +258,12 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->paused[c->peer] = true;
 		return;
 	}
+	if (kind == SS_MSG_JOIN) {
+		if (!s->joining[c->peer])
+			ss_log_info("sync: peer %d asks to join", c->peer);
+		s->joining[c->peer] = true;
+		return;
+	}
 	/* A message of a round that gave up on it is overwritten later. */
 	s->seen[kind][c->peer] = round;
 	if (kind == SS_MSG_EASGD && round == (s->round & 0x0fffffffu))
@@ -268,13 +286,26 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms)
 	}
 }
 
-/* Whether every peer that should has sent @kind this round. */
+/*
+ * Whether @p should send @kind now: at barriers every connected peer (a
+ * stopped shadow thread, a new process joining), in rounds those alive.
+ */
 static bool ss_expected(const struct ss_sync *s, int kind, int p)
 {
-	if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
+	if (p == s->rank)
 		return false;
-	/* a stopped shadow thread still comes to barriers */
-	return kind == SS_MSG_BARRIER || !s->paused[p];
+	if (kind == SS_MSG_BARRIER)
+		return ss_fabric_peer_ok(s->fabric, p);
+	return ss__alive(s, p);
+}
+
+bool ss__join_wanted(const struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && s->joining[p] &&
+		    ss_fabric_peer_ok(s->fabric, p))
+			return true;
+	return false;
 }
 
 static bool ss_all_sent(struct ss_sync *s, int kind)
@@ -333,14 +364,16 @@ int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
  * The barrier also lines the ranks' round numbers up: after a shadow thread
  * stopped, ranks may be a round apart.  Each sends its round in its word of
  * the peers' inboxes; all continue from the largest plus one, past any
- * round a peer gave up half-way.
+ * round a peer gave up half-way.  It is also where a new process of a rank
+ * is let in: from here it takes part in rounds.
  */
 int ss_sync_barrier(struct ss_sync *s)
 {
 	unsigned wait = 4 * s->opts.round_timeout_ms + 5000;
 	uint64_t deadline = ss_deadline_ns(wait);
 	uint32_t top = s->round;
-	int rc;
+	uint64_t joins = 0;
+	int rc = 0;
 
 	/* S-EASGD deltas that came early for the round the barrier skips. */
 	for (int p = 0; p < s->world; p++)
@@ -348,18 +381,51 @@ int ss_sync_barrier(struct ss_sync *s)
 		    s->seen[SS_MSG_EASGD][p] == (s->round & 0x0fffffffu))
 			ss__easgd_apply_delta(s, p, s->round);
 	memcpy(s->snap, &s->round, sizeof(uint32_t));
-	for (int p = 0; p < s->world; p++)
-		if (ss_expected(s, SS_MSG_BARRIER, p))
-			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
-				 2 * (size_t)s->world * s->shard_max +
-					 (size_t)s->rank,
-				 1, SS_MSG_BARRIER);
-	rc = ss__wait_msgs(s, SS_MSG_BARRIER, deadline);
+	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
+	/* A peer that comes back while we wait gets our message then. */
+	for (;;) {
+		bool all = true;
+
+		for (int p = 0; p < s->world; p++) {
+			if (!ss_expected(s, SS_MSG_BARRIER, p))
+				continue;
+			if (!s->barrier_sent[p]) {
+				s->barrier_sent[p] = true;
+				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
+					 2 * (size_t)s->world * s->shard_max +
+						 (size_t)s->rank,
+					 1, SS_MSG_BARRIER);
+			}
+			all = all && ss__got(s, SS_MSG_BARRIER, p);
+		}
+		if (all)
+			break;
+		if (ss_deadline_passed(deadline)) {
+			for (int p = 0; p < s->world; p++)
+				if (ss_expected(s, SS_MSG_BARRIER, p) &&
+				    !ss__got(s, SS_MSG_BARRIER, p))
+					ss__leave_out(s, p, "no answer");
+			rc = -ETIMEDOUT;
+			break;
+		}
+		ss__pump(s, 1);
+	}
 	ss__wait_sends(s, deadline);
 	for (int p = 0; p < s->world; p++) {
-		if (ss__got(s, SS_MSG_BARRIER, p) && s->ctrl[p] > top)
-			top = s->ctrl[p];
+		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
+			if (s->ctrl[p] > top)
+				top = s->ctrl[p];
+			/* in rounds from here on, as the process it is now */
+			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
+			joins += s->joining[p];
+			s->joining[p] = false;
+		}
 		s->paused[p] = false;
+	}
+	if (joins) {
+		pthread_mutex_lock(&s->lock);
+		s->joins += joins;
+		pthread_mutex_unlock(&s->lock);
 	}
 	s->round = top + 1;
 	s->barrier_seq++;
@@ -381,7 +447,8 @@ void ss__stop_peers(struct ss_sync *s)
 	ss__wait_sends(s, deadline);
 }
 
-int ss_sync_begin(struct ss_sync *s)
+/* The S-EASGD center and the S-BMUF global model start from the replica. */
+static void ss_sync_state_from_replica(struct ss_sync *s)
 {
 	ss__copy(s->center, s->w + ss__shard_off(s, s->rank),
 		 ss__shard_len(s, s->rank));
@@ -389,10 +456,99 @@ int ss_sync_begin(struct ss_sync *s)
 		ss__copy(s->w_g, s->w, s->n);
 		memset(s->momentum, 0, s->n * sizeof(float));
 	}
+}
+
+/*
+ * The first connected peer that has begun (the job runs already: we were
+ * restarted, or came late), or -1: its STATE read into SNAP.  No peer can
+ * have begun at a fresh start, because its begin barrier waits for us.
+ */
+static int ss_sync_find_running(struct ss_sync *s)
+{
+	struct ss__state *st = (struct ss__state *)s->snap;
+
+	for (int p = 0; p < s->world; p++) {
+		uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+
+		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
+			continue;
+		memset(st, 0, sizeof(*st));
+		s->reads_ok[p] = false;
+		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0, SS_R_STATE,
+				   0, sizeof(*st), (uint64_t)p))
+			continue;
+		s->outstanding++;
+		ss__wait_sends(s, deadline);
+		if (s->reads_ok[p] && be32toh(st->began) == SS_STATE_BEGAN)
+			return p;
+	}
+	return -1;
+}
+
+/*
+ * Join ranks that run already, through @h, which has begun: ask every
+ * peer to let us in (each runs a barrier before its next round), wait
+ * until @h is in that barrier (its replica no longer moves with rounds),
+ * READ its replica into ours, start the S-EASGD center and S-BMUF state
+ * from it, and only then come to the barrier ourselves, with @h's barrier
+ * number: from the round after it we contribute like everyone.
+ */
+static int ss_sync_join(struct ss_sync *s, int h)
+{
+	uint64_t deadline = ss_deadline_ns(4 * s->opts.round_timeout_ms + 5000);
+
+	ss_log_warn(
+		"sync: rank %d starts while rank %d runs: joining, reseeding from rank %d",
+		s->rank, h, h);
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_JOIN);
+	while (s->seen[SS_MSG_BARRIER][h] == 0x0fffffffu) {
+		if (ss_deadline_passed(deadline) ||
+		    !ss_fabric_peer_ok(s->fabric, h))
+			return ss_error_set(
+				-ETIMEDOUT, "it did not let us in",
+				"see that rank's own messages; start this rank again",
+				"sync: rank %d joining through rank %d",
+				s->rank, h);
+		ss__pump(s, 1);
+	}
+	s->reads_ok[h] = false;
+	if (ss_fabric_read(s->fabric, h, s->r[SS_R_PARAMS], 0, SS_R_PARAMS, 0,
+			   s->n * sizeof(float), (uint64_t)h) == 0) {
+		s->outstanding++;
+		ss__wait_sends(s, deadline);
+	}
+	if (!s->reads_ok[h])
+		return ss_error_set(
+			-ETIMEDOUT, "its replica did not arrive",
+			"start this rank again; it reseeds from a healthy peer",
+			"sync: rank %d reseeding %zu floats from rank %d",
+			s->rank, s->n, h);
+	ss_sync_state_from_replica(s);
+	pthread_mutex_lock(&s->lock);
+	s->reseeds++;
+	pthread_mutex_unlock(&s->lock);
+	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
+		    h);
+	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
+	return ss_sync_barrier(s);
+}
+
+int ss_sync_begin(struct ss_sync *s)
+{
+	int h, rc;
+
+	ss_sync_state_from_replica(s);
 	s->begin_ns = ss_now_ns();
 	s->last_iterations = atomic_load(&s->iterations);
+	h = ss_sync_find_running(s);
 	/* After this barrier every rank's center is in place. */
-	return ss_sync_barrier(s);
+	rc = h < 0 ? ss_sync_barrier(s) : ss_sync_join(s, h);
+	if (rc == 0)
+		s->state->began = htobe32(SS_STATE_BEGAN);
+	return rc;
 }
 
 /* ---- rounds and statistics ---------------------------------------------- */
@@ -420,6 +576,19 @@ int ss_sync_round(struct ss_sync *s)
 	struct ss__round_result res = { 0 };
 	uint64_t start = ss_now_ns();
 	int rc;
+
+	/*
+	 * Once a round, the fabric's slow work: a round whose messages are
+	 * there at once may never wait long enough to do it, and failed peers
+	 * are reconnected from there.
+	 */
+	ss_fabric_progress(s->fabric);
+	/*
+	 * A peer asked to join: this call is the barrier that lets it in (it
+	 * reseeds while we wait there), not a round.
+	 */
+	if (ss__join_wanted(s))
+		return ss_sync_barrier(s);
 
 	/*
 	 * A peer out of the round must not look, once 2^27 rounds have wrapped
@@ -474,6 +643,8 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->rounds = s->rounds;
 	st->bytes_sent = s->bytes_sent;
 	st->peers_left_out = s->peers_left_out;
+	st->joins = s->joins;
+	st->reseeds = s->reseeds;
 	st->divergence = s->divergence;
 	st->sync_gap = s->rounds ? s->gap_sum / (double)s->rounds : 0;
 	k = s->rounds < SS_LATENCIES ? s->rounds : SS_LATENCIES;
@@ -502,11 +673,13 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 	fprintf(out,
 		"sync %s: %llu rounds (%.1f/s), round p50 %.0f us, p99 %.0f us, "
 		"%.0f bytes per peer per round, sync gap %.1f iterations, "
-		"divergence %.2e, peers left out %llu\n",
+		"divergence %.2e, peers left out %llu, let in %llu, "
+		"reseeded %llu\n",
 		ss_sync_algo_name(s->opts.algo), (unsigned long long)st.rounds,
 		st.rounds_per_s, st.round_p50_us, st.round_p99_us,
 		st.bytes_per_peer_per_round, st.sync_gap, st.divergence,
-		(unsigned long long)st.peers_left_out);
+		(unsigned long long)st.peers_left_out,
+		(unsigned long long)st.joins, (unsigned long long)st.reseeds);
 }
 
 /* ---- foreground ----------------------------------------------------- */

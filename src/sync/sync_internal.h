@@ -16,8 +16,20 @@ enum {
 	SS_R_AVG, /* n floats, remote-WRITE: averages; local scratch */
 	SS_R_CENTER, /* shard floats, remote-READ: S-EASGD center */
 	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here */
+	SS_R_STATE, /* struct ss__state, remote-READ: whether we run */
 	SS_R_COUNT
 };
+
+/*
+ * What a rank shows its peers, read by a rank that starts: a peer that
+ * has begun means the job runs already and the newcomer joins (reseeds)
+ * rather than starting with the others.  Big-endian.
+ */
+struct ss__state {
+	uint32_t began; /* SS_STATE_BEGAN once past ss_sync_begin */
+	uint32_t reserved[3];
+};
+#define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
 
 /* Messages, in the immediate: kind in the top 4 bits, round below. */
 enum ss_msg {
@@ -26,6 +38,7 @@ enum ss_msg {
 	SS_MSG_EASGD, /* S-EASGD: my delta for your center */
 	SS_MSG_BARRIER,
 	SS_MSG_STOP, /* my shadow thread stopped: do not wait for me */
+	SS_MSG_JOIN, /* I (re)started while you run: barrier, let me in */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -55,6 +68,15 @@ struct ss_sync {
 	int outstanding; /* our operations not yet completed */
 	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
 	bool *left_out; /* reported as left out, until it answers again */
+	/*
+	 * The fabric epoch of each peer when it last came to a barrier: a
+	 * peer whose epoch has changed since is another process, which
+	 * takes part in rounds only once a barrier has let it in.
+	 */
+	uint32_t *epoch;
+	bool *joining; /* asked to join: our next round is a barrier */
+	bool *barrier_sent; /* within a barrier: our message went to it */
+	struct ss__state *state; /* ours, in SS_R_STATE */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
 
@@ -79,7 +101,7 @@ struct ss_sync {
 	/* statistics, under lock */
 	pthread_mutex_t lock;
 	atomic_uint_fast64_t iterations;
-	uint64_t begin_ns, rounds, bytes_sent, peers_left_out;
+	uint64_t begin_ns, rounds, bytes_sent, peers_left_out, joins, reseeds;
 	uint64_t last_iterations;
 	double gap_sum, divergence;
 	double latencies[SS_LATENCIES];
@@ -104,11 +126,6 @@ static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
 	       s->shard_max;
 }
 
-static inline bool ss__alive(const struct ss_sync *s, int p)
-{
-	return ss_fabric_peer_ok(s->fabric, p) && !s->paused[p];
-}
-
 /*
  * Whether @p's message of @kind for the current round has come: its last
  * one names this round or a later one (28-bit round numbers wrap).  A peer
@@ -121,6 +138,22 @@ static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 
 	return (int32_t)((s->seen[kind][p] - now) << 4) >= 0;
 }
+
+/*
+ * Whether @p takes part in our rounds: connected, its shadow thread not
+ * stopped, the process that came to our last barrier (not a new one that
+ * has yet to join), and not already in the next barrier (everything it
+ * sent for its rounds came before its barrier message).
+ */
+static inline bool ss__alive(const struct ss_sync *s, int p)
+{
+	return ss_fabric_peer_ok(s->fabric, p) && !s->paused[p] &&
+	       s->epoch[p] == ss_fabric_peer_epoch(s->fabric, p) &&
+	       !ss__got(s, SS_MSG_BARRIER, p);
+}
+
+/* ss__join_wanted() - whether a connected peer asked to join. */
+bool ss__join_wanted(const struct ss_sync *s);
 
 /*
  * ss__pump() - process completions for up to @wait_ms: count our own
