@@ -454,6 +454,10 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 		for (int i = 0; i < got; i++) {
 			int p = SS_WR_PEER(wc[i].wr_id);
 
+			/* Left by the QP of a connection since replaced. */
+			if (!v->peers[p].qp ||
+			    wc[i].qp_num != v->peers[p].qp->qp_num)
+				continue;
 			if (wc[i].wr_id & SS_WR_RECV) {
 				if (wc[i].status != IBV_WC_SUCCESS) {
 					if (!f->peers[p].failed)
@@ -651,11 +655,15 @@ static int ss_verbs_poll(struct ss_fabric *f, struct ss_completion *out,
 	return ss__verbs_drain(f, out, max);
 }
 
-/* Connection and async events cost two system calls: not on every poll. */
+/*
+ * Connection and async events cost two system calls: not on every poll.
+ * Failed peers are brought back from here too.
+ */
 static void ss_verbs_progress(struct ss_fabric *f)
 {
 	ss__verbs_cm_events(f);
 	ss_verbs_async_events(f);
+	ss__verbs_reconnect(f);
 }
 
 static void ss_verbs_close(struct ss_fabric *f)
