@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-/* The CTR model: gradients against finite differences, and it learns. */
+/*
+ * The CTR model: gradients against finite differences, Adagrad against its
+ * closed form, and it learns.
+ */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -117,6 +120,56 @@ Test(model, gradients_match_finite_differences)
 	free(after);
 }
 
+Test(model, adagrad_step_matches_its_closed_form)
+{
+	struct ss_model_config c;
+	struct ss_model_work *w;
+	struct ss_example ex[4];
+	float *params, *sgd, *ada, *acc;
+	struct ss_optim o = { .kind = SS_OPT_ADAGRAD,
+			      .lr = 0.05f,
+			      .eps = 1e-3f };
+	size_t len;
+	int moved = 0;
+
+	tiny(&c);
+	len = ss_model_len(&c);
+	params = malloc(len * sizeof(float));
+	sgd = malloc(len * sizeof(float));
+	ada = malloc(len * sizeof(float));
+	acc = malloc(len * sizeof(float));
+	ss_model_init(&c, params, 5);
+	examples(ex, 4); /* 3 rows a table: rows repeat within the batch */
+	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
+	/* The gradient g: what one SGD step with lr 1 subtracts. */
+	memcpy(sgd, params, len * sizeof(float));
+	ss_model_sgd_step(&c, sgd, w, ex, 4, 1.0f);
+	/* Accumulators as after earlier steps: not all zero. */
+	for (size_t i = 0; i < len; i++)
+		acc[i] = (float)(i % 7) * 0.01f;
+	memcpy(ada, params, len * sizeof(float));
+	o.acc = acc;
+	ss_model_step(&c, ada, w, ex, 4, &o);
+	for (size_t i = 0; i < len; i++) {
+		double g = (double)params[i] - sgd[i], a0 = (i % 7) * 0.01,
+		       a = a0 + g * g,
+		       want = params[i] - 0.05 * g / (sqrt(a) + 1e-3);
+
+		cr_assert_float_eq(acc[i], a, 1e-6 + 1e-4 * a,
+				   "acc %zu: %g, want %g", i, acc[i], a);
+		cr_assert_float_eq(ada[i], want, 1e-5,
+				   "param %zu: %g, want %g (g %g)", i, ada[i],
+				   want, g);
+		moved += ada[i] != params[i];
+	}
+	cr_assert_gt(moved, (int)len / 2, "only %d of %zu moved", moved, len);
+	ss_model_work_destroy(&w);
+	free(params);
+	free(sgd);
+	free(ada);
+	free(acc);
+}
+
 Test(model, learns_better_than_the_constant_predictor, .timeout = 120)
 {
 	struct ss_model_config c;
@@ -225,6 +278,62 @@ Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
 	}
 	unlink(path);
 	free(params);
+}
+
+/*
+ * Adagrad's accumulators are the node's own: beside the replica, never in
+ * it.  The replica keeps its size, the floats after it are untouched, and
+ * accumulators the caller keeps fill with sums of squares.  Two epochs
+ * read every example twice.
+ */
+Test(trainers, adagrad_state_lives_beside_the_replica, .timeout = 120)
+{
+	char path[] = "/tmp/ss-trainers-XXXXXX";
+	struct ss_model_config c;
+	struct ss_train_options o;
+	struct ss_train_result res;
+	float *params, *acc;
+	size_t len;
+	int filled = 0;
+
+	gen_file(path, 3001);
+	small_model(&c, 16, 500);
+	len = ss_model_len(&c);
+	/* the replica, then a guard its training must not write */
+	params = malloc((len + 1024) * sizeof(float));
+	for (size_t i = len; i < len + 1024; i++)
+		params[i] = 12345.0f;
+	ss_model_init(&c, params, 2);
+	ss_train_options_init(&o);
+	o.threads = 2;
+	o.batch = 50;
+	o.data = path;
+	o.optimizer = SS_OPT_ADAGRAD;
+	o.lr = 0.02f;
+	o.epochs = 2;
+	cr_assert_eq(ss_train(&c, params, &o, &res), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
+	cr_assert_eq(res.examples, 2 * 3001);
+	cr_assert_lt(res.loss_sum / (double)res.examples, 0.6,
+		     "training log loss %f", res.loss_sum / res.examples);
+	for (size_t i = len; i < len + 1024; i++)
+		cr_assert_eq(params[i], 12345.0f, "float %zu past the replica",
+			     i - len);
+	acc = calloc(len, sizeof(float));
+	o.adagrad_acc = acc;
+	o.epochs = 1;
+	cr_assert_eq(ss_train(&c, params, &o, &res), 0);
+	for (size_t i = 0; i < len; i++) {
+		cr_assert_geq(acc[i], 0.0f, "acc %zu", i);
+		filled += acc[i] > 0;
+	}
+	/* every dense parameter moves; of the tables, the rows used */
+	cr_assert_gt(filled, (int)ss_model_dense_len(&c), "%d filled", filled);
+	for (size_t i = len; i < len + 1024; i++)
+		cr_assert_eq(params[i], 12345.0f);
+	unlink(path);
+	free(params);
+	free(acc);
 }
 
 Test(trainers, a_bad_line_stops_training_naming_it)

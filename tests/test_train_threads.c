@@ -2,7 +2,9 @@
 /*
  * Two Hogwild trainers on one replica, under ThreadSanitizer in `make
  * check`: their lock-free updates race by design and are annotated
- * (src/base/hogwild.h); anything else TSan finds fails the test.
+ * (src/base/hogwild.h); anything else TSan finds fails the test.  Once
+ * with SGD, once with Adagrad, whose shared accumulators race the same
+ * way.
  */
 #include <stdlib.h>
 #include <unistd.h>
@@ -39,6 +41,11 @@ SCENARIO(train_threads, two_hogwild_trainers_on_one_replica)
 	o.batch = 16;
 	o.data = path;
 	rc = ss_train(&c, params, &o, &res);
+	if (rc == 0) {
+		o.optimizer = SS_OPT_ADAGRAD;
+		o.lr = 0.02f;
+		rc = ss_train(&c, params, &o, &res);
+	}
 	unlink(path);
 	free(params);
 	check(rc == 0, "%s: %s", ss_last_error()->what, ss_last_error()->why);

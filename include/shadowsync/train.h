@@ -163,6 +163,46 @@ double ss_model_sgd_step(const struct ss_model_config *config, float *params,
 			 struct ss_model_work *work,
 			 const struct ss_example *examples, int n, float lr);
 
+/*
+ * How a step updates the parameters.  SGD: w -= lr * g.  Adagrad: per
+ * parameter, acc += g^2; w -= lr * g / (sqrt(acc) + eps), with @acc one
+ * float per parameter, laid out like the parameters, starting at 0.  The
+ * accumulators are the node's own: they are not in the replica and never
+ * synchronized.  The trainers of a node share them without locks, as they
+ * share the replica (a lost increment only leaves one step a little
+ * larger).  A table row is updated once per step with the sum of its
+ * gradients over the batch, so a row used twice gets one Adagrad update.
+ */
+enum ss_optimizer {
+	SS_OPT_SGD,
+	SS_OPT_ADAGRAD,
+};
+
+/* ss_optimizer_parse() - "sgd" or "adagrad". */
+int ss_optimizer_parse(const char *option, const char *text,
+		       enum ss_optimizer *opt);
+
+/* ss_optimizer_name() - "sgd" or "adagrad". */
+const char *ss_optimizer_name(enum ss_optimizer opt);
+
+struct ss_optim {
+	enum ss_optimizer kind;
+	float lr;
+	float eps; /* Adagrad: added to sqrt(acc) */
+	float *acc; /* Adagrad: ss_model_len() floats; NULL for SGD */
+};
+
+/*
+ * ss_model_step() - forward, backward and an update of @params in place
+ * by @opt (lock-free: Hogwild), on the mean log loss of @n examples.  Only
+ * the table rows the batch uses (and their accumulators) are touched.
+ * Returns that mean log loss.
+ */
+double ss_model_step(const struct ss_model_config *config, float *params,
+		     struct ss_model_work *work,
+		     const struct ss_example *examples, int n,
+		     const struct ss_optim *opt);
+
 struct ss_topo;
 struct ss_plan;
 struct ss_sync;
@@ -174,6 +214,15 @@ struct ss_train_options {
 	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
 	int batch;
 	float lr;
+	enum ss_optimizer optimizer;
+	float adagrad_eps;
+	/*
+	 * Adagrad's accumulators, ss_model_len() floats starting at 0, kept
+	 * by the caller across calls; NULL: ss_train allocates them for the
+	 * call (bound to the replica's NUMA node with topo and plan).
+	 */
+	float *adagrad_acc;
+	int epochs; /* passes over the data (at least 1) */
 	enum ss_bad_lines bad_lines;
 	struct ss_topo *topo; /* with plan: pin trainer i to plan slot 1 + i */
 	const struct ss_plan *plan;
@@ -189,11 +238,14 @@ struct ss_train_result {
 	double seconds;
 };
 
-/* ss_train_options_init() - 1 thread, batch 128, lr 0.1, bad lines fail. */
+/*
+ * ss_train_options_init() - 1 thread, batch 128, SGD at lr 0.1 (Adagrad's
+ * eps 1e-8), one epoch, bad lines fail.
+ */
 void ss_train_options_init(struct ss_train_options *opts);
 
 /*
- * ss_train() - one pass over this rank's part of the data by
+ * ss_train() - @opts->epochs passes over this rank's part of the data by
  * @opts->threads Hogwild trainers, each on its own slice, updating
  * @params in place.  Returns 0, or the first trainer's error with its
  * detail (what, which trainer, why).

@@ -5,6 +5,8 @@
  * vectors (bottom output and 26 embeddings), top MLP, sigmoid, binary
  * cross-entropy.  Forward and backward of the MLPs go through BLIS
  * (dense.c); the interaction and the sparse table updates are plain loops.
+ * The update is SGD or Adagrad; Adagrad's accumulators are an array beside
+ * the parameters, laid out like them.
  *
  * Layout of the flat parameter array: for each bottom layer then each top
  * layer, W (out x in) then b (out); then the 26 tables, hash_size x emb_dim
@@ -195,6 +197,7 @@ struct ss_model_work {
 	float *dz; /* batch x emb_dim */
 	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
 	uint32_t *rows; /* batch x 26 */
+	uint64_t *keys; /* batch: (row << 32 | example) of one table, sorted */
 };
 
 int ss_model_work_create(struct ss_model_work **out,
@@ -236,8 +239,10 @@ int ss_model_work_create(struct ss_model_work **out,
 		w->emb = malloc(nd * SS_SPARSE * sizeof(float));
 		w->demb = malloc(nd * SS_SPARSE * sizeof(float));
 		w->rows = malloc((size_t)batch * SS_SPARSE * sizeof(uint32_t));
+		w->keys = malloc((size_t)batch * sizeof(uint64_t));
 		ok = w->z && w->dz && w->logits && w->p && w->grad &&
-		     w->grad2 && w->dw && w->db && w->emb && w->demb && w->rows;
+		     w->grad2 && w->dw && w->db && w->emb && w->demb &&
+		     w->rows && w->keys;
 	}
 	if (!ok) {
 		ss_model_work_destroy(&w);
@@ -270,6 +275,7 @@ void ss_model_work_destroy(struct ss_model_work **work)
 	free(w->emb);
 	free(w->demb);
 	free(w->rows);
+	free(w->keys);
 	free(w);
 	*work = NULL;
 }
@@ -315,12 +321,58 @@ SS_HOGWILD static void ss_row_read(float *dst, const float *row, int d)
 		dst[i] = row[i];
 }
 
-/* Apply a row's gradient to the replica, lock-free. */
-SS_HOGWILD static void ss_row_update(float *row, const float *g, int d,
-				     float lr)
+int ss_optimizer_parse(const char *option, const char *text,
+		       enum ss_optimizer *opt)
 {
-	for (int i = 0; i < d; i++)
-		row[i] -= lr * g[i];
+	static const char *const names[] = { "sgd", "adagrad", NULL };
+	int i, rc = ss_parse_choice(option, text, names, &i);
+
+	if (rc == 0)
+		*opt = i == 1 ? SS_OPT_ADAGRAD : SS_OPT_SGD;
+	return rc;
+}
+
+const char *ss_optimizer_name(enum ss_optimizer opt)
+{
+	return opt == SS_OPT_ADAGRAD ? "adagrad" : "sgd";
+}
+
+/*
+ * Apply the gradient @g of @n parameters @p, lock-free: straight into the
+ * shared replica (Hogwild).  @acc: their Adagrad accumulators, shared by
+ * the node's trainers the same way; NULL for SGD.  Racing trainers may
+ * lose an increment of acc, which only makes one step a little larger;
+ * acc never decreases below what one writer stored and never goes
+ * negative, since every store is a loaded value plus a square.
+ */
+SS_HOGWILD static void ss_update(float *p, float *acc, const float *g, size_t n,
+				 const struct ss_optim *o)
+{
+	if (!acc) {
+		for (size_t i = 0; i < n; i++)
+			p[i] -= o->lr * g[i];
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float a = acc[i] + g[i] * g[i];
+
+		acc[i] = a;
+		p[i] -= o->lr * g[i] / (sqrtf(a) + o->eps);
+	}
+}
+
+/* The accumulators of the parameters at @p, or NULL for SGD. */
+static float *ss_acc(const struct ss_optim *o, const float *params,
+		     const float *p)
+{
+	return o->kind == SS_OPT_ADAGRAD ? o->acc + (p - params) : NULL;
+}
+
+static int ss_key_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 static void ss_forward(const struct ss_model_config *c, float *params,
@@ -386,29 +438,73 @@ void ss_model_predict(const struct ss_model_config *c, const float *params,
 	}
 }
 
-/* Backward through layer @l, then its SGD update; dy in, dx out. */
-SS_HOGWILD static void ss_layer_step(const struct ss_model_config *c,
-				     float *params, struct ss_model_work *w,
-				     int l, float *dy, float *dx, int n,
-				     float lr)
+/* Backward through layer @l, then its update; dy in, dx out. */
+static void ss_layer_step(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, int l, float *dy, float *dx,
+			  int n, const struct ss_optim *o)
 {
 	struct ss_dense d = ss_layer(c, params, l);
-	size_t nw = (size_t)d.out * (size_t)d.in;
 
 	ss_dense_backward(&d, w->in[l], ss_out(c, w, l), dy, dx, w->dw, w->db,
 			  n);
-	/* Hogwild: straight into the shared replica, no lock */
-	for (size_t i = 0; i < nw; i++)
-		d.w[i] -= lr * w->dw[i];
-	for (int i = 0; i < d.out; i++)
-		d.b[i] -= lr * w->db[i];
+	ss_update(d.w, ss_acc(o, params, d.w), w->dw,
+		  (size_t)d.out * (size_t)d.in, o);
+	ss_update(d.b, ss_acc(o, params, d.b), w->db, (size_t)d.out, o);
+}
+
+/*
+ * Update the rows of table @j the batch used: the gradients of a row used
+ * by several examples are summed into its first use, then applied once
+ * (for Adagrad, one step of the row's summed gradient, as for any other
+ * parameter).
+ */
+static void ss_table_step(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, int j, int n,
+			  const struct ss_optim *o)
+{
+	float *tables = params + ss_model_dense_len(c);
+	size_t D = (size_t)c->emb_dim;
+
+	for (int r = 0; r < n; r++)
+		w->keys[r] =
+			(uint64_t)w->rows[(size_t)r * SS_SPARSE + (size_t)j]
+				<< 32 |
+			(uint64_t)r;
+	qsort(w->keys, (size_t)n, sizeof(*w->keys), ss_key_cmp);
+	for (int k = 0; k < n;) {
+		uint32_t row = (uint32_t)(w->keys[k] >> 32);
+		float *g = w->demb + ((size_t)(uint32_t)w->keys[k] * SS_SPARSE +
+				      (size_t)j) *
+					     D,
+		      *p = ss_table_row(c, tables, j, row);
+
+		for (k++; k < n && (uint32_t)(w->keys[k] >> 32) == row; k++) {
+			const float *more =
+				w->demb +
+				((size_t)(uint32_t)w->keys[k] * SS_SPARSE +
+				 (size_t)j) *
+					D;
+
+			for (size_t i = 0; i < D; i++)
+				g[i] += more[i];
+		}
+		ss_update(p, ss_acc(o, params, p), g, D, o);
+	}
 }
 
 double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 			 struct ss_model_work *w, const struct ss_example *ex,
 			 int n, float lr)
 {
-	float *tables = params + ss_model_dense_len(c);
+	struct ss_optim o = { .kind = SS_OPT_SGD, .lr = lr };
+
+	return ss_model_step(c, params, w, ex, n, &o);
+}
+
+double ss_model_step(const struct ss_model_config *c, float *params,
+		     struct ss_model_work *w, const struct ss_example *ex,
+		     int n, const struct ss_optim *o)
+{
 	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
 	float *dy = w->grad, *dx = w->grad2, *swap;
@@ -422,7 +518,7 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 		dy[r] = (w->p[r] - ex[r].label) / (float)n; /* d mean BCE */
 	}
 	for (int l = layers - 1; l >= nb; l--) {
-		ss_layer_step(c, params, w, l, dy, dx, n, lr);
+		ss_layer_step(c, params, w, l, dy, dx, n, o);
 		swap = dy;
 		dy = dx;
 		dx = swap;
@@ -446,22 +542,13 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 	}
 	memcpy(dy, w->dz, (size_t)n * (size_t)D * sizeof(float));
 	for (int l = nb - 1; l >= 0; l--) {
-		ss_layer_step(c, params, w, l, dy, l > 0 ? dx : NULL, n, lr);
+		ss_layer_step(c, params, w, l, dy, l > 0 ? dx : NULL, n, o);
 		swap = dy;
 		dy = dx;
 		dx = swap;
 	}
 	/* Only the rows the batch used. */
-	for (int r = 0; r < n; r++)
-		for (int j = 0; j < SS_SPARSE; j++) {
-			float *row = ss_table_row(
-				c, tables, j,
-				w->rows[(size_t)r * SS_SPARSE + (size_t)j]);
-			const float *g =
-				w->demb +
-				((size_t)r * SS_SPARSE + (size_t)j) * (size_t)D;
-
-			ss_row_update(row, g, D, lr);
-		}
+	for (int j = 0; j < SS_SPARSE; j++)
+		ss_table_step(c, params, w, j, n, o);
 	return loss / n;
 }

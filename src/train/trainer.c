@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
  * Hogwild trainers: T threads, each pinned where the plan puts it, each
- * reading its own part of this rank's byte range of the data (one pass),
- * each running SGD steps on the shared replica without any lock.  With a
+ * reading its own part of this rank's byte range of the data (once per
+ * epoch), each running SGD or Adagrad steps on the shared replica without
+ * any lock (Adagrad's accumulators are shared the same way).  With a
  * sync engine they report their iterations (the sync gap), and in the
  * foreground mode they stop every k steps for a round.
  */
@@ -18,6 +19,7 @@ struct ss_trainer {
 	const struct ss_model_config *config;
 	float *params;
 	const struct ss_train_options *opts;
+	struct ss_optim optim;
 	int index;
 	uint64_t begin, end;
 	/* results */
@@ -34,7 +36,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 	struct ss_reader *reader = NULL;
 	struct ss_example *batch;
 	uint64_t steps = 0;
-	int rc;
+	int rc, epoch = 0;
 
 	if (o->topo && o->plan && ss_topo_is_this_machine(o->topo) &&
 	    1 + t->index < o->plan->n_slots &&
@@ -60,10 +62,9 @@ static int ss_trainer_run(struct ss_trainer *t)
 			break;
 		}
 		if (got > 0) {
-			t->loss_sum +=
-				ss_model_sgd_step(t->config, t->params, work,
-						  batch, got, o->lr) *
-				got;
+			t->loss_sum += ss_model_step(t->config, t->params, work,
+						     batch, got, &t->optim) *
+				       got;
 			t->examples += (uint64_t)got;
 			if (o->progress)
 				__atomic_fetch_add(o->progress, (uint64_t)got,
@@ -75,8 +76,13 @@ static int ss_trainer_run(struct ss_trainer *t)
 			    steps % (uint64_t)o->sync_every == 0)
 				rc = ss_sync_foreground(o->sync);
 		}
-		if (more == 0)
-			break; /* one pass: the range is done */
+		if (more == 0 && ++epoch >= o->epochs)
+			break; /* the last pass: the range is done */
+		if (more == 0) { /* again from the start of the range */
+			ss_reader_close(&reader);
+			rc = ss_reader_open(&reader, o->data, t->begin, t->end,
+					    o->bad_lines);
+		}
 	}
 	if (o->sync && o->sync_every > 0)
 		ss_sync_foreground_leave(o->sync);
@@ -104,6 +110,9 @@ void ss_train_options_init(struct ss_train_options *o)
 	o->threads = 1;
 	o->batch = 128;
 	o->lr = 0.1f;
+	o->optimizer = SS_OPT_SGD;
+	o->adagrad_eps = 1e-8f;
+	o->epochs = 1;
 	o->bad_lines = SS_BAD_LINES_FAIL;
 }
 
@@ -114,13 +123,19 @@ int ss_train(const struct ss_model_config *config, float *params,
 	pthread_t *threads;
 	struct stat st;
 	uint64_t begin = o->begin, end = o->end, start = ss_now_ns();
+	struct ss_optim optim = { .kind = o->optimizer,
+				  .lr = o->lr,
+				  .eps = o->adagrad_eps,
+				  .acc = o->adagrad_acc };
+	size_t acc_bytes = ss_model_len(config) * sizeof(float);
+	bool own_acc = false;
 	int rc = 0, started = 0;
 
 	memset(result, 0, sizeof(*result));
-	if (o->threads < 1 || o->batch < 1)
+	if (o->threads < 1 || o->batch < 1 || o->epochs < 1)
 		return ss_error_set(SS_EUSAGE, "must be at least 1", NULL,
-				    "%d trainer threads, batch %d", o->threads,
-				    o->batch);
+				    "%d trainer threads, batch %d, %d epochs",
+				    o->threads, o->batch, o->epochs);
 	if (stat(o->data, &st) < 0)
 		return ss_error_set(-errno, NULL, "check the --data path",
 				    "data file '%s'", o->data);
@@ -131,18 +146,37 @@ int ss_train(const struct ss_model_config *config, float *params,
 		if (rc < 0)
 			return rc;
 	}
+	/*
+	 * Adagrad's accumulators for this call, unless the caller keeps them:
+	 * on the replica's node, since the trainers touch them in the same
+	 * places as the parameters.  Zeroed either way (mmap or calloc).
+	 */
+	if (optim.kind == SS_OPT_ADAGRAD && !optim.acc) {
+		if (o->topo && o->plan)
+			rc = ss_topo_alloc(o->topo, o->plan->replica_numa,
+					   acc_bytes, (void **)&optim.acc);
+		else if (!(optim.acc = calloc(1, acc_bytes)))
+			rc = ss_error_set(-ENOMEM, NULL, NULL,
+					  "Adagrad accumulators (%zu bytes)",
+					  acc_bytes);
+		if (rc < 0)
+			return rc;
+		own_acc = true;
+	}
 	t = calloc((size_t)o->threads, sizeof(*t));
 	threads = calloc((size_t)o->threads, sizeof(*threads));
 	if (!t || !threads) {
 		free(t);
 		free(threads);
-		return ss_error_set(-ENOMEM, NULL, NULL, "trainers");
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "trainers");
+		goto out;
 	}
 	/* Each trainer its own slice of this rank's bytes. */
 	for (int i = 0; i < o->threads; i++) {
 		t[i] = (struct ss_trainer){ .config = config,
 					    .params = params,
 					    .opts = o,
+					    .optim = optim,
 					    .index = i };
 		t[i].begin = begin +
 			     (end - begin) * (uint64_t)i / (uint64_t)o->threads;
@@ -170,5 +204,10 @@ int ss_train(const struct ss_model_config *config, float *params,
 	result->seconds = (double)(ss_now_ns() - start) / 1e9;
 	free(t);
 	free(threads);
+out:
+	if (own_acc && o->topo && o->plan)
+		ss_topo_free(optim.acc, acc_bytes);
+	else if (own_acc)
+		free(optim.acc);
 	return rc;
 }

@@ -41,7 +41,11 @@ static void ss_train_usage(FILE *out)
 		"training\n"
 		"  --threads N            trainer threads (default: one per core but the shadow's)\n"
 		"  --batch N              mini-batch (default 128)\n"
-		"  --lr X                 SGD learning rate (default 0.1)\n"
+		"  --lr X                 learning rate (default 0.1)\n"
+		"  --optimizer O          sgd (default) or adagrad; Adagrad's accumulators\n"
+		"                         stay on this node, shared by its trainers, not synced\n"
+		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
+		"  --epochs N             passes over this rank's share of the data (default 1)\n"
 		"  --oversubscribe        allow more trainers than cores\n"
 		"synchronization\n"
 		"  --sync A               ma (default), easgd, bmuf, gossip or none\n"
@@ -85,6 +89,9 @@ enum {
 	OPT_THREADS,
 	OPT_BATCH,
 	OPT_LR,
+	OPT_OPTIMIZER,
+	OPT_ADAGRAD_EPS,
+	OPT_EPOCHS,
 	OPT_OVERSUB,
 	OPT_SYNC,
 	OPT_MODE,
@@ -146,6 +153,9 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "lr", required_argument, NULL, OPT_LR },
+		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
+		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
+		{ "epochs", required_argument, NULL, OPT_EPOCHS },
 		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "mode", required_argument, NULL, OPT_MODE },
@@ -238,6 +248,19 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_LR:
 			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
 			c->train.lr = (float)d;
+			break;
+		case OPT_OPTIMIZER:
+			rc = ss_optimizer_parse("--optimizer", optarg,
+						&c->train.optimizer);
+			break;
+		case OPT_ADAGRAD_EPS:
+			rc = ss_parse_double("--adagrad-eps", optarg, 1e-12, 1,
+					     &d);
+			c->train.adagrad_eps = (float)d;
+			break;
+		case OPT_EPOCHS:
+			rc = ss_parse_long("--epochs", optarg, 1, 10000, &v);
+			c->train.epochs = (int)v;
 			break;
 		case OPT_OVERSUB:
 			c->oversubscribe = true;
