@@ -43,7 +43,7 @@ SHARED_LIB := $(O)/lib/libshadowsync.so
 COMMAND := $(O)/bin/shadowsync
 
 # Tests that also run over verbs, inside the soft-RoCE guest.
-VERBS_TESTS := test_fabric test_sync test_train_sync
+VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads

@@ -140,6 +140,15 @@ bool ss_deadline_passed(uint64_t deadline);
 void ss_sleep_ns(uint64_t ns);
 
 /*
+ * ss_memlock_check() - whether @len more bytes can be pinned when
+ * @registered already are: 0, or -ENOMEM with the detail naming @where, the
+ * limit and how to raise it.  *@limit: RLIMIT_MEMLOCK, UINT64_MAX when
+ * unlimited.  A process with CAP_IPC_LOCK may pin past the limit.
+ */
+int ss_memlock_check(size_t registered, size_t len, const char *where,
+		     uint64_t *limit);
+
+/*
  * ss_parse_long() - parse the value of an option as an integer in [min, max].
  * @option: the option's name as the user typed it, e.g. "--trainers".
  * @text:   its value.

@@ -94,43 +94,12 @@ int ss__verbs_resolve(const char *text, struct sockaddr_storage *out)
 	return 0;
 }
 
-static bool ss_has_cap_ipc_lock(void)
-{
-	unsigned long long caps = 0;
-	char line[256];
-	FILE *f = fopen("/proc/self/status", "r");
-
-	if (!f)
-		return false;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "CapEff: %llx", &caps) == 1)
-			break;
-	fclose(f);
-	return caps & (1ull << 14); /* CAP_IPC_LOCK */
-}
-
-/* Registering pins memory: say how to raise a limit that is too low. */
-static int ss_memlock_check(struct ss_verbs *v, size_t len)
-{
-	struct rlimit rl;
-
-	if (getrlimit(RLIMIT_MEMLOCK, &rl) < 0 ||
-	    rl.rlim_cur == RLIM_INFINITY || v->registered + len <= rl.rlim_cur)
-		return 0;
-	if (ss_has_cap_ipc_lock())
-		return 0; /* the kernel lets this process pin past the limit */
-	return ss_error_set(
-		-ENOMEM, "the locked-memory limit (ulimit -l) is too low",
-		"raise it where the job starts: 'ulimit -l unlimited', '* - memlock unlimited' in /etc/security/limits.conf, LimitMEMLOCK=infinity (systemd), --ulimit memlock=-1 (docker)",
-		"registering %zu bytes (%zu already) on %s with RLIMIT_MEMLOCK at %llu bytes",
-		len, v->registered, ss__verbs_where(v),
-		(unsigned long long)rl.rlim_cur);
-}
-
 static int ss_verbs_reg(struct ss_verbs *v, void *ptr, size_t len, int access,
 			struct ibv_mr **mr)
 {
-	int rc = ss_memlock_check(v, len);
+	uint64_t limit;
+	int rc = ss_memlock_check(v->registered, len, ss__verbs_where(v),
+				  &limit);
 
 	if (rc < 0)
 		return rc;

@@ -17,6 +17,8 @@ static const struct {
 	  "train the CTR model as one rank, the replica kept in sync" },
 	{ "launch", ss_cmd_launch,
 	  "start N ranks of train on this machine, one combined summary" },
+	{ "doctor", ss_cmd_doctor,
+	  "check this machine for RDMA training: devices, GIDs, memlock" },
 	{ "gen-data", ss_cmd_gen_data,
 	  "write synthetic click data from a planted teacher model" },
 };
