@@ -44,6 +44,33 @@ static int ss_topo_set_source(struct ss_topo *topo, const char *source)
 	return 0;
 }
 
+/*
+ * A launcher (Slurm's --cpu-bind, taskset, shadowsync launch) may have given
+ * this process part of the machine: plan within it, or the ranks of one
+ * machine would all pin their threads to the same cores.
+ */
+static void ss_topo_restrict_to_binding(struct ss_topo *topo)
+{
+	hwloc_bitmap_t set = hwloc_bitmap_alloc();
+	hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo->hw);
+
+	if (set &&
+	    hwloc_get_cpubind(topo->hw, set, HWLOC_CPUBIND_PROCESS) == 0 &&
+	    !hwloc_bitmap_iszero(set) && !hwloc_bitmap_isincluded(all, set)) {
+		char text[256];
+
+		hwloc_bitmap_list_snprintf(text, sizeof(text), set);
+		if (hwloc_topology_restrict(topo->hw, set, 0) == 0)
+			ss_log_info("topo: planning within CPUs %s, this "
+				    "process's binding",
+				    text);
+		else
+			ss_log_warn("topo: cannot restrict to CPUs %s: %s",
+				    text, strerror(errno));
+	}
+	hwloc_bitmap_free(set);
+}
+
 int ss_topo_open(struct ss_topo **out, const char *source)
 {
 	struct ss_topo *topo;
@@ -76,6 +103,8 @@ int ss_topo_open(struct ss_topo **out, const char *source)
 		goto err_hw;
 	}
 	topo->this_machine = hwloc_topology_is_thissystem(topo->hw);
+	if (topo->this_machine && !(source && *source))
+		ss_topo_restrict_to_binding(topo);
 	*out = topo;
 	return 0;
 

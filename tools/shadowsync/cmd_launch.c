@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,9 @@ static void ss_launch_usage(FILE *out)
 		"  --port P            port of rank 0, rank r uses P + r (default: one\n"
 		"                      derived from the process id)\n"
 		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
+		"  --bind B            spread (default): each rank gets its share of this\n"
+		"                      process's CPUs, and plans its threads within it;\n"
+		"                      none: every rank sees every CPU\n"
 		"  --json              print the combined summary as JSON\n"
 		"  -h, --help          this help\n"
 		"\n"
@@ -66,7 +70,9 @@ struct ss_launch {
 	enum ss_transport transport;
 	const char *host;
 	long port, timeout_s;
-	bool json, start_failed;
+	bool json, start_failed, bind;
+	int n_cpus; /* the CPUs this process may use, shared out by --bind */
+	int cpus[CPU_SETSIZE];
 	int train_argc;
 	char **train_argv;
 	struct ss_rank_proc *ranks;
@@ -116,12 +122,15 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		{ "port", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "bind", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
+	static const char *const binds[] = { "spread", "none", NULL };
 	long v;
-	int opt, rc = 0;
+	int opt, i, rc = 0;
 
+	l->bind = true;
 	l->transport = SS_TRANSPORT_SHM;
 	l->host = "127.0.0.1";
 	l->port = 20000 + getpid() % 20000;
@@ -152,6 +161,10 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		case 'j':
 			l->json = true;
 			break;
+		case 'b':
+			rc = ss_parse_choice("--bind", optarg, binds, &i);
+			l->bind = i == 0;
+			break;
 		case 'h':
 			ss_launch_usage(stdout);
 			return 1;
@@ -172,6 +185,27 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 	return ss_launch_check_train_args(l->train_argc, l->train_argv);
 }
 
+/*
+ * Rank r's share of the CPUs: a contiguous block (on Linux, SMT siblings
+ * are numbered apart, so a block holds distinct cores); ranks share CPUs
+ * when there are more ranks than CPUs.
+ */
+static void ss_launch_bind(const struct ss_launch *l, int r)
+{
+	int first = r * l->n_cpus / l->n, last = (r + 1) * l->n_cpus / l->n;
+	cpu_set_t set;
+
+	if (last <= first)
+		last = first + 1;
+	CPU_ZERO(&set);
+	for (int i = first; i < last; i++)
+		CPU_SET(l->cpus[i], &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		fprintf(stderr,
+			"shadowsync launch: rank %d: sched_setaffinity: %s\n",
+			r, strerror(errno));
+}
+
 /* The child: becomes `shadowsync train ... --rank r --peers ...`. */
 static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 			   int out_fd, int err_fd)
@@ -184,6 +218,8 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 		_exit(127);
 	dup2(out_fd, STDOUT_FILENO);
 	dup2(err_fd, STDERR_FILENO);
+	if (l->bind && l->n_cpus > 0)
+		ss_launch_bind(l, r);
 	snprintf(rank, sizeof(rank), "%d", r);
 	argv[n++] = "shadowsync";
 	for (int i = 0; i < l->train_argc; i++)
@@ -208,8 +244,14 @@ static int ss_launch_start(struct ss_launch *l)
 	char *peers = malloc(size + 1);
 	int rc = 0;
 
+	cpu_set_t mine;
+
 	if (!peers)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
+	if (l->bind && sched_getaffinity(0, sizeof(mine), &mine) == 0)
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &mine))
+				l->cpus[l->n_cpus++] = c;
 	peers[0] = '\0';
 	for (int r = 0; r < l->n; r++)
 		snprintf(peers + strlen(peers), size + 1 - strlen(peers),
