@@ -29,6 +29,7 @@ struct job {
 	float (*out)[NPARAMS];
 	struct ss_sync_stats *stats;
 	float (*aux)[NPARAMS]; /* a replica each rank saves on the way */
+	int victim; /* the rank killed and started again */
 	uint64_t key;
 	int port_base;
 	bool bind_numa; /* replica bound to this machine's plan's NUMA node */
@@ -446,13 +447,13 @@ static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
 	} else {
 		fail_if(ss_sync_round(s), "first round");
-		if (rank == 2)
+		if (rank == job->victim)
 			raise(SIGKILL);
 		/*
-		 * The survivors train and sync until the new process of rank
-		 * 2 asks to join: then one ss_sync_round call is the barrier
-		 * that lets it in, and it reseeds from rank 0 while rank 0
-		 * waits there, its replica still.
+		 * The survivors train and sync until the new process of the
+		 * victim asks to join: then one ss_sync_round call is the
+		 * barrier that lets it in, and it reseeds from the lowest
+		 * survivor while that one waits there, its replica still.
 		 */
 		deadline = ss_deadline_ns(60000);
 		for (;;) {
@@ -460,8 +461,8 @@ static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 			if (st.joins > 0)
 				break;
 			fail_if(ss_deadline_passed(deadline),
-				"rank 2 not back after 60 s (%llu rounds)",
-				(unsigned long long)st.rounds);
+				"rank %d not back after 60 s (%llu rounds)",
+				job->victim, (unsigned long long)st.rounds);
 			for (int i = 0; i < NPARAMS; i++)
 				w[i] += 0.1f * (float)(rank + 1);
 			fail_if(ss_sync_round(s), "round %llu",
@@ -477,17 +478,22 @@ static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 	/* All three contribute again: one round gives the exact mean. */
 	for (int i = 0; i < NPARAMS; i++)
 		w[i] = known(rank, i);
-	fail_if(ss_sync_round(s), "the round with rank 2 back");
+	fail_if(ss_sync_round(s), "the round with rank %d back", job->victim);
 	fail_if(ss_sync_barrier(s), "final barrier");
 	return 0;
 }
 
-Test(sync, restarted_rank_rejoins_reseeds_and_counts_again, .timeout = 180)
+/*
+ * Rank 2 is the connecting side of both its pairs, rank 0 the accepting
+ * side (over verbs the survivors then connect to the new process).
+ */
+static void rejoin(int victim)
 {
 	struct job job = { .world = 3,
 			   .body = body_rejoin,
-			   .init = init_rejoin };
-	int exits[3] = { -1, -1, -1 };
+			   .init = init_rejoin,
+			   .victim = victim };
+	int exits[3] = { -1, -1, -1 }, h = victim == 0 ? 1 : 0;
 	const char *why = ranks_no_device();
 
 	if (why)
@@ -502,18 +508,19 @@ Test(sync, restarted_rank_rejoins_reseeds_and_counts_again, .timeout = 180)
 	job.stats = (struct ss_sync_stats *)(job.aux + MAXW);
 	job.key = ((uint64_t)getpid() << 20) ^ ss_now_ns();
 	job.port_base = ranks_port_base();
-	ranks_run_restart(3, sync_rank, &job, 150, exits, 2);
-	cr_assert_eq(exits[0], 0, "rank 0 failed (its message is above)");
-	cr_assert_eq(exits[1], 0, "rank 1 failed (its message is above)");
-	cr_assert_eq(exits[2], 0, "the new rank 2 failed (message above)");
-	/* Reseeded: rank 0's replica as it stood while letting rank 2 in. */
+	ranks_run_restart(3, sync_rank, &job, 150, exits, victim);
+	for (int r = 0; r < 3; r++)
+		cr_assert_eq(exits[r], 0,
+			     "rank %d failed (its message is above)", r);
+	/* Reseeded: rank h's replica as it stood while letting it in. */
 	for (int i = 0; i < NPARAMS; i++)
-		cr_assert_eq(job.aux[2][i], job.aux[0][i],
-			     "element %d: reseeded %f, rank 0 had %f", i,
-			     job.aux[2][i], job.aux[0][i]);
-	cr_assert_eq(job.stats[0].joins, 1);
-	cr_assert_eq(job.stats[1].joins, 1);
-	cr_assert_eq(job.stats[2].reseeds, 1);
+		cr_assert_eq(job.aux[victim][i], job.aux[h][i],
+			     "element %d: reseeded %f, rank %d had %f", i,
+			     job.aux[victim][i], h, job.aux[h][i]);
+	for (int r = 0; r < 3; r++)
+		cr_assert_eq(r == victim ? job.stats[r].reseeds :
+					   job.stats[r].joins,
+			     1, "rank %d", r);
 	/* Averaged over all three again. */
 	for (int r = 0; r < 3; r++)
 		for (int i = 0; i < NPARAMS; i++) {
@@ -525,4 +532,14 @@ Test(sync, restarted_rank_rejoins_reseeds_and_counts_again, .timeout = 180)
 					   "rank %d element %d: %f, want %f", r,
 					   i, job.out[r][i], mean);
 		}
+}
+
+Test(sync, restarted_rank_2_rejoins_reseeds_and_counts_again, .timeout = 180)
+{
+	rejoin(2);
+}
+
+Test(sync, restarted_rank_0_rejoins_reseeds_and_counts_again, .timeout = 180)
+{
+	rejoin(0);
 }
