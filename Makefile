@@ -52,7 +52,7 @@ TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 .SECONDARY:
 
 .PHONY: all lib command tests perf check test deps format format-check \
-	install uninstall clean help
+	install uninstall clean help demo demo-rxe
 
 all: lib command tests perf
 
@@ -137,6 +137,20 @@ test: format-check all
 	@tests/install-test
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --summary
 
+# ---- the main job -----------------------------------------------------------
+
+# demo installs what is missing, builds the command, then trains on
+# generated data four ways and prints one table (tools/demo --help).
+demo: deps
+	@$(MAKE) --no-print-directory command
+	@tools/demo --bin $(COMMAND) --out $(O)/demo $(DEMO_ARGS)
+
+# The 4-node shadow S-MA line over verbs, inside the soft-RoCE guest.
+demo-rxe: deps
+	@$(MAKE) --no-print-directory command
+	@tools/rxe-vm -- tools/demo --bin $(COMMAND) --out $(O)/demo-rxe \
+		--transport verbs --only shadow-ma --examples 48000 $(DEMO_ARGS)
+
 # ---- install --------------------------------------------------------------
 
 # The .pc file is written at install time: it holds PREFIX.
@@ -180,6 +194,8 @@ clean:
 
 help:
 	@echo "make              build the library, the command, tests and perf programs"
+	@echo "make demo         the main job: train four ways, print one comparison table"
+	@echo "make demo-rxe     its 4-node shadow S-MA line over verbs in the soft-RoCE guest"
 	@echo "make check        install missing packages, then run every test"
 	@echo "make deps         install missing Debian packages (root) or print the command"
 	@echo "make install      install into PREFIX=$(PREFIX) (honours DESTDIR)"

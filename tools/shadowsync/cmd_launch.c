@@ -485,7 +485,7 @@ static double ss_json_number(const char *json, const char *key)
 }
 
 struct ss_launch_totals {
-	double examples, examples_per_s, ne, rounds_per_s, sync_gap;
+	double examples, examples_per_s, ne, rounds, rounds_per_s, sync_gap;
 	int with_ne, with_sync;
 };
 
@@ -507,6 +507,7 @@ static void ss_launch_totals(const struct ss_launch *l,
 			t->with_ne++;
 		}
 		if (!isnan(rps)) {
+			t->rounds += ss_json_number(j, "rounds");
 			t->rounds_per_s += rps;
 			t->sync_gap += ss_json_number(j, "sync_gap");
 			t->with_sync++;
@@ -515,6 +516,7 @@ static void ss_launch_totals(const struct ss_launch *l,
 	if (t->with_ne)
 		t->ne /= t->with_ne;
 	if (t->with_sync) {
+		t->rounds /= t->with_sync;
 		t->rounds_per_s /= t->with_sync;
 		t->sync_gap /= t->with_sync;
 	}
@@ -531,8 +533,8 @@ static void ss_launch_print_json(const struct ss_launch *l, int failed)
 	if (t.with_ne)
 		printf(",\"test_ne\":%.6f", t.ne);
 	if (t.with_sync)
-		printf(",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f",
-		       t.rounds_per_s, t.sync_gap);
+		printf(",\"rounds\":%.1f,\"rounds_per_s\":%.2f,\"sync_gap\":%.2f",
+		       t.rounds, t.rounds_per_s, t.sync_gap);
 	printf(",\"ranks\":[");
 	for (int r = 0; r < l->n; r++)
 		printf("%s%s", r ? "," : "",
