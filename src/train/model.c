@@ -25,6 +25,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE__
+#include <xmmintrin.h>
+#endif
 
 #include "base/hogwild.h"
 #include "base/mix.h"
@@ -352,20 +355,49 @@ const char *ss_optimizer_name(enum ss_optimizer opt)
  * acc never decreases below what one writer stored and never goes
  * negative, since every store is a loaded value plus a square.
  */
-SS_HOGWILD static void ss_update(float *p, float *acc, const float *g, size_t n,
-				 const struct ss_optim *o)
+/*
+ * Adagrad's loop, four floats at a time where SSE is there: GCC does not
+ * vectorize it itself at -O2, sqrtf being a call that may set errno, and
+ * the scalar square root and division cost a fifth of a step's time on the
+ * default model.  sqrtps and divps round as sqrtss and divss do.
+ */
+SS_HOGWILD static void ss_adagrad(float *p, float *acc, const float *g,
+				  size_t n, float lr, float eps)
 {
-	if (!acc) {
-		for (size_t i = 0; i < n; i++)
-			p[i] -= o->lr * g[i];
-		return;
+	size_t i = 0;
+
+#ifdef __SSE__
+	for (; i + 4 <= n; i += 4) {
+		__m128 gi = _mm_loadu_ps(g + i),
+		       a = _mm_add_ps(_mm_loadu_ps(acc + i),
+				      _mm_mul_ps(gi, gi));
+
+		_mm_storeu_ps(acc + i, a);
+		_mm_storeu_ps(
+			p + i,
+			_mm_sub_ps(_mm_loadu_ps(p + i),
+				   _mm_div_ps(_mm_mul_ps(_mm_set1_ps(lr), gi),
+					      _mm_add_ps(_mm_sqrt_ps(a),
+							 _mm_set1_ps(eps)))));
 	}
-	for (size_t i = 0; i < n; i++) {
+#endif
+	for (; i < n; i++) {
 		float a = acc[i] + g[i] * g[i];
 
 		acc[i] = a;
-		p[i] -= o->lr * g[i] / (sqrtf(a) + o->eps);
+		p[i] -= lr * g[i] / (sqrtf(a) + eps);
 	}
+}
+
+SS_HOGWILD static void ss_update(float *p, float *acc, const float *g, size_t n,
+				 const struct ss_optim *o)
+{
+	if (acc) {
+		ss_adagrad(p, acc, g, n, o->lr, o->eps);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		p[i] -= o->lr * g[i];
 }
 
 /* The accumulators of the parameters at @p, or NULL for SGD. */
