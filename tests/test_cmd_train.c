@@ -83,6 +83,55 @@ Test(cmd_train, two_ranks_over_shm_with_shadow_ma)
 	cr_assert(strstr(out, "\"sync\":\"ma\""), "%s", out);
 }
 
+/* The number after "@key": in @text, or -1. */
+static double json_number(const char *text, const char *key)
+{
+	const char *at = strstr(text, key);
+
+	return at ? strtod(at + strlen(key), NULL) : -1;
+}
+
+/*
+ * Quality: on the generator's default data set, trained with Adagrad, the
+ * held-out NE beats the constant predictor (1) and comes near the
+ * teacher's own NE on the same held-out file, the floor.  The margin
+ * holds whatever the timing of the two Hogwild trainers: seen QUALITY_SEEN
+ * over runs; asserted QUALITY_MARGIN.
+ */
+#define QUALITY_SEEN "1.043-1.047"
+#define QUALITY_MARGIN 1.10
+
+Test(cmd_train, reaches_near_the_teacher_floor, .timeout = 240)
+{
+	char cmd[2048], out[4096];
+	double ne, floor;
+	FILE *f;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/q-train.txt --examples 60000 >/dev/null && "
+		"%s gen-data --out %s/q-test.txt --examples 10000 --stream 1 >/dev/null && "
+		"%s train --data %s/q-train.txt --test %s/q-test.txt " MODEL
+		" --optimizer adagrad --lr 0.02 --threads 2 --oversubscribe"
+		" --sync none --progress 0 --json 2>&1",
+		SS_COMMAND, dir, SS_COMMAND, dir, SS_COMMAND, dir, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	ne = json_number(out, "\"test_ne\":");
+	snprintf(cmd, sizeof(cmd), "%s/q-test.txt.teacher.json", dir);
+	f = fopen(cmd, "r");
+	cr_assert_not_null(f);
+	out[fread(out, 1, sizeof(out) - 1, f)] = '\0';
+	fclose(f);
+	floor = json_number(out, "\"ne\":");
+	fprintf(stderr, "held-out NE %.4f, teacher floor %.4f: ratio %.4f\n",
+		ne, floor, ne / floor);
+	cr_assert(floor > 0.3 && floor < 0.9, "floor %f", floor);
+	cr_assert_lt(ne, 0.95, "NE %f: no better than a constant", ne);
+	cr_assert_lt(ne, QUALITY_MARGIN * floor,
+		     "NE %f, floor %f: ratio %f (seen " QUALITY_SEEN ")", ne,
+		     floor, ne / floor);
+}
+
 Test(cmd_train, refusals_name_the_option)
 {
 	char cmd[1024], out[4096];

@@ -280,9 +280,14 @@ struct ss_gen_options {
 	double zipf; /* exponent of the categorical values' distribution */
 	uint32_t cardinality; /* distinct values per categorical feature */
 	uint64_t stream; /* which sample of the seed's teacher: 0 train, 1 test */
+	double value_scale; /* standard deviation of a value's own weight */
+	double pair_scale; /* scale of the interactions' dot products */
 };
 
-/* ss_gen_options_init() - 100000 examples, seed 1, CTR 0.25, Zipf 1.1. */
+/*
+ * ss_gen_options_init() - 500000 examples, seed 1, CTR 0.25, Zipf 1.1, 30
+ * values per feature, value weights 0.35, interactions 0.05.
+ */
 void ss_gen_options_init(struct ss_gen_options *opts);
 
 /*

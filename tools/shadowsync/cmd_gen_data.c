@@ -16,7 +16,8 @@ static void ss_gen_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: shadowsync gen-data --out FILE [--examples N] [--seed S] [--ctr P]\n"
-		"                           [--zipf A] [--cardinality K] [--json]\n"
+		"                           [--zipf A] [--cardinality K] [--value-scale X]\n"
+		"                           [--pair-scale X] [--json]\n"
 		"\n"
 		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
 		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"
@@ -24,14 +25,18 @@ static void ss_gen_usage(FILE *out)
 		"beat on that file.\n"
 		"\n"
 		"  -o, --out FILE         where to write (required)\n"
-		"  -n, --examples N       examples (default 100000)\n"
+		"  -n, --examples N       examples (default 500000)\n"
 		"  -s, --seed S           the teacher and its sample; the same seed gives\n"
 		"                         the same file (default 1)\n"
 		"  -t, --stream K         another sample of the same teacher: 1 for a\n"
 		"                         held-out file to go with stream 0 (default 0)\n"
 		"  -c, --ctr P            click rate to aim for (default 0.25)\n"
 		"  -z, --zipf A           Zipf exponent of categorical values (default 1.1)\n"
-		"  -k, --cardinality K    distinct values per categorical feature (default 10000)\n"
+		"  -k, --cardinality K    distinct values per categorical feature (default 30)\n"
+		"  -w, --value-scale X    standard deviation of each value's own weight in\n"
+		"                         the teacher's logit (default 0.35)\n"
+		"  -p, --pair-scale X     weight of the teacher's pairwise interactions, dot\n"
+		"                         products of 4-dim value embeddings (default 0.05)\n"
 		"  -j, --json             print the summary as JSON\n"
 		"  -h, --help             this help\n");
 }
@@ -48,10 +53,12 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 		return ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
 	fprintf(f,
 		"{\"examples\":%llu,\"seed\":%llu,\"stream\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
-		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f}\n",
+		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f,"
+		"\"cardinality\":%u,\"zipf\":%g,\"value_scale\":%g,\"pair_scale\":%g}\n",
 		(unsigned long long)o->examples, (unsigned long long)o->seed,
 		(unsigned long long)o->stream, m->ctr, m->ne, m->log_loss,
-		m->auc, m->calibration);
+		m->auc, m->calibration, o->cardinality, o->zipf, o->value_scale,
+		o->pair_scale);
 	return fclose(f) == 0 ?
 		       0 :
 		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
@@ -67,6 +74,8 @@ int ss_cmd_gen_data(int argc, char **argv)
 		{ "ctr", required_argument, NULL, 'c' },
 		{ "zipf", required_argument, NULL, 'z' },
 		{ "cardinality", required_argument, NULL, 'k' },
+		{ "value-scale", required_argument, NULL, 'w' },
+		{ "pair-scale", required_argument, NULL, 'p' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -82,7 +91,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 
 	ss_gen_options_init(&o);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:k:jh", options,
+	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:k:w:p:jh", options,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 'o':
@@ -112,6 +121,14 @@ int ss_cmd_gen_data(int argc, char **argv)
 			rc = ss_parse_long("--cardinality", optarg, 1,
 					   100000000, &v);
 			o.cardinality = (uint32_t)v;
+			break;
+		case 'w':
+			rc = ss_parse_double("--value-scale", optarg, 0, 10,
+					     &o.value_scale);
+			break;
+		case 'p':
+			rc = ss_parse_double("--pair-scale", optarg, 0, 10,
+					     &o.pair_scale);
 			break;
 		case 'j':
 			json = true;
