@@ -612,7 +612,15 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 
 			if (p == f->opts.rank)
 				continue;
-			if (f->peers[p].failed)
+			/*
+			 * A peer that finished (its table read, "ready" both
+			 * ways) and failed since, say by a first operation
+			 * that the NIC refused, failed at run time: it is
+			 * reported and retried like any later failure.
+			 */
+			if (f->peers[p].failed &&
+			    !(vp->table_read && ready_posted &&
+			      vp->ready_sent && vp->ready_seen))
 				return ss_error_set(
 					SS_EPEER, "it failed while connecting",
 					NULL, "peer %d (%s)", p,
