@@ -285,7 +285,7 @@ struct ss_gen_options {
 };
 
 /*
- * ss_gen_options_init() - 500000 examples, seed 1, CTR 0.25, Zipf 1.1, 30
+ * ss_gen_options_init() - 1000000 examples, seed 1, CTR 0.25, Zipf 1.1, 30
  * values per feature, value weights 0.35, interactions 0.05.
  */
 void ss_gen_options_init(struct ss_gen_options *opts);

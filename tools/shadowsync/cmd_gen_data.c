@@ -25,7 +25,7 @@ static void ss_gen_usage(FILE *out)
 		"beat on that file.\n"
 		"\n"
 		"  -o, --out FILE         where to write (required)\n"
-		"  -n, --examples N       examples (default 500000)\n"
+		"  -n, --examples N       examples (default 1000000)\n"
 		"  -s, --seed S           the teacher and its sample; the same seed gives\n"
 		"                         the same file (default 1)\n"
 		"  -t, --stream K         another sample of the same teacher: 1 for a\n"
