@@ -102,6 +102,25 @@ Test(checkpoint, flipped_bit_is_refused_untouched)
 	cr_assert(untouched());
 }
 
+/* Two sign bits: a checksum that only carries bits upward misses these. */
+Test(checkpoint, two_flipped_signs_are_refused)
+{
+	uint64_t examples;
+	int fd = open(path, O_RDWR);
+	unsigned char b;
+
+	cr_assert_geq(fd, 0);
+	for (off_t at = 64 + 4 * 1 + 3; at <= 64 + 4 * 3 + 3; at += 8) {
+		cr_assert_eq(pread(fd, &b, 1, at), 1);
+		b ^= 0x80;
+		cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+	}
+	close(fd);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "checksum"));
+	cr_assert(untouched());
+}
+
 Test(checkpoint, changed_header_count_is_refused)
 {
 	uint64_t examples;

@@ -9,11 +9,11 @@
  *   0  magic "SSCKPT\0\0"      8 bytes
  *   8  version (1)             u32
  *  12  header size (64)        u32
- *  16  layout hash             u64   the model's sizes (ss_model_layout_hash)
+ *  16  layout hash             u64   the caller's hash of the model's sizes
  *  24  parameters              u64   count of floats that follow
  *  32  examples                u64   examples trained on, as the saver counted
- *  40  checksum                u64   FNV-1a over the parameters' 64-bit words,
- *                                    then over header bytes 0..39
+ *  40  checksum                u64   xxHash64's round over the parameters'
+ *                                    64-bit words, then header bytes 0..39
  *  48  reserved (zero)         16 bytes
  */
 #ifndef SHADOWSYNC_CHECKPOINT_H
@@ -30,8 +30,8 @@ extern "C" {
 
 /*
  * ss_checkpoint_save() - write @n floats of @params with @layout_hash and
- * @examples to @path: a temporary file in the same folder, fsync, rename
- * over @path, fsync of the folder.  A crash or a failure leaves the
+ * @examples to @path: the temporary file PATH.tmp, fsync, rename over
+ * @path, fsync of the folder.  A crash or a failure leaves the
  * previous file at @path whole.  @params may be written by trainers
  * meanwhile (Hogwild): what is saved is one racy snapshot whose checksum
  * matches what was written.  Returns 0 or an error naming the file.
@@ -43,7 +43,9 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
  * ss_checkpoint_load() - verify @path (magic, version, layout hash, size,
  * checksum) and only then read its parameters into @params (@n floats).
  * Returns 0 with *@examples set, or SS_ELAYOUT / SS_EPARSE / -errno with a
- * detail saying what differed and leaving @params untouched.
+ * detail saying what differed.  @params is untouched on every failure but
+ * one: a file rewritten in place, or a read error, between the check and
+ * the copy (reported as such).
  */
 int ss_checkpoint_load(const char *path, float *params, size_t n,
 		       uint64_t layout_hash, uint64_t *examples);

@@ -25,9 +25,22 @@
 #define SS_CKPT_HEADER 64
 #define SS_CKPT_CHUNK (1u << 20) /* floats copied, hashed, written at once */
 
-static const uint64_t ss_fnv_basis = 0xcbf29ce484222325ull;
+/*
+ * The checksum: xxHash64's round over each 64-bit word (multiply, rotate,
+ * multiply), so that a change in any bit reaches every bit of the state;
+ * a plain FNV step over whole words never carries a high bit down, and two
+ * flipped signs cancel.  Trailing bytes are folded in the same way.
+ */
+static const uint64_t ss_sum_seed = 0x27d4eb2f165667c5ull;
 
-static uint64_t ss_fnv_words(uint64_t h, const void *data, size_t bytes)
+static uint64_t ss_sum_round(uint64_t h, uint64_t w)
+{
+	h += w * 0xc2b2ae3d27d4eb4full;
+	h = h << 31 | h >> 33;
+	return h * 0x9e3779b185ebca87ull;
+}
+
+static uint64_t ss_sum(uint64_t h, const void *data, size_t bytes)
 {
 	const unsigned char *p = data;
 	size_t i = 0;
@@ -36,10 +49,10 @@ static uint64_t ss_fnv_words(uint64_t h, const void *data, size_t bytes)
 		uint64_t w;
 
 		memcpy(&w, p + i, 8);
-		h = (h ^ w) * 0x100000001b3ull;
+		h = ss_sum_round(h, w);
 	}
 	for (; i < bytes; i++)
-		h = (h ^ p[i]) * 0x100000001b3ull;
+		h = ss_sum_round(h, p[i]);
 	return h;
 }
 
@@ -119,29 +132,33 @@ static int ss_read_all(int fd, void *buf, size_t len, const char *path)
 }
 
 /* The folder's entry for the rename must reach the disk too. */
-static void ss_sync_folder(const char *path)
+static int ss_sync_folder(const char *path)
 {
 	char *copy = strdup(path);
-	int fd;
+	int fd, rc = 0;
 
 	if (!copy)
-		return;
-	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
-	if (fd >= 0) {
-		fsync(fd);
+		return ss_error_set(-ENOMEM, NULL, NULL, "saving '%s'", path);
+	fd = open(dirname(copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0 || fsync(fd) < 0)
+		rc = ss_error_set(-errno, NULL,
+				  "the checkpoint is in place but may not "
+				  "survive a crash",
+				  "fsync of the folder of '%s'", path);
+	if (fd >= 0)
 		close(fd);
-	}
 	free(copy);
+	return rc;
 }
 
 int ss_checkpoint_save(const char *path, const float *params, size_t n,
 		       uint64_t layout_hash, uint64_t examples)
 {
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
-	size_t tmp_len = strlen(path) + 32;
+	size_t tmp_len = strlen(path) + 8;
 	char *tmp = malloc(tmp_len);
 	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
-	uint64_t h = ss_fnv_basis;
+	uint64_t h = ss_sum_seed;
 	int fd = -1, rc = 0;
 
 	if (!tmp || !chunk) {
@@ -149,8 +166,11 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 				  path);
 		goto out;
 	}
-	snprintf(tmp, tmp_len, "%s.tmp.%d", path, (int)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	/* One fixed name per target: a save killed half-way leaves at most
+	 * one stale file, which the next save overwrites. */
+	snprintf(tmp, tmp_len, "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+		  0644);
 	if (fd < 0) {
 		rc = ss_error_set(-errno, NULL,
 				  "the checkpoint's folder must exist and be "
@@ -165,7 +185,7 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
 
 		ss_snapshot(chunk, params + at, k);
-		h = ss_fnv_words(h, chunk, k * sizeof(float));
+		h = ss_sum(h, chunk, k * sizeof(float));
 		rc = ss_write_all(fd, chunk, k * sizeof(float), tmp);
 	}
 	memcpy(head, SS_CKPT_MAGIC, 8);
@@ -174,7 +194,7 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 	ss_put64(head + 16, layout_hash);
 	ss_put64(head + 24, n);
 	ss_put64(head + 32, examples);
-	ss_put64(head + 40, ss_fnv_words(h, head, 40));
+	ss_put64(head + 40, ss_sum(h, head, 40));
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
 	if (rc == 0)
@@ -188,7 +208,7 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 		rc = ss_error_set(-errno, NULL, NULL, "renaming '%s' to '%s'",
 				  tmp, path);
 	if (rc == 0)
-		ss_sync_folder(path);
+		rc = ss_sync_folder(path);
 	else
 		unlink(tmp);
 out:
@@ -248,7 +268,7 @@ int ss_checkpoint_load(const char *path, float *params, size_t n,
 {
 	unsigned char head[SS_CKPT_HEADER];
 	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
-	uint64_t h = ss_fnv_basis;
+	uint64_t h = ss_sum_seed;
 	off_t size;
 	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
 
@@ -283,19 +303,30 @@ int ss_checkpoint_load(const char *path, float *params, size_t n,
 
 		rc = ss_read_all(fd, chunk, k * sizeof(float), path);
 		if (rc == 0)
-			h = ss_fnv_words(h, chunk, k * sizeof(float));
+			h = ss_sum(h, chunk, k * sizeof(float));
 	}
-	if (rc == 0 && ss_fnv_words(h, head, 40) != ss_get64(head + 40))
+	if (rc == 0 && ss_sum(h, head, 40) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "its checksum does not match: the file is "
 				  "corrupted",
 				  "use an older checkpoint", "checkpoint '%s'",
 				  path);
-	/* Second pass: the parameters themselves. */
+	/*
+	 * Second pass: the parameters themselves, summed again, in case the
+	 * file was rewritten in place between the passes (a rename-based
+	 * writer, like ours, leaves this open file as it was).
+	 */
 	if (rc == 0 && lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0)
 		rc = ss_read_all(fd, params, n * sizeof(float), path);
+	if (rc == 0 && ss_sum(ss_sum(ss_sum_seed, params, n * sizeof(float)),
+			      head, 40) != ss_get64(head + 40))
+		rc = ss_error_set(SS_EPARSE,
+				  "it changed while it was being read",
+				  "do not rewrite a checkpoint in place; load "
+				  "it again",
+				  "checkpoint '%s'", path);
 	if (rc == 0)
 		*examples = ss_get64(head + 32);
 	close(fd);
