@@ -158,3 +158,27 @@ Test(cmd_checkpoint, ranks_save_their_own_file_when_the_path_names_them)
 	cr_assert(strstr(out, "one.ckpt\n"), "%s", out);
 	cr_assert_null(strstr(out, ".tmp"), "%s", out);
 }
+
+/*
+ * launch stops ranks with SIGTERM: one that is saving removes its
+ * half-written PATH.tmp before it dies.  The model is large enough that a
+ * save takes a while; the test waits until it sees the temporary file.
+ */
+Test(cmd_checkpoint, stopped_while_saving_leaves_no_temporary_file)
+{
+	char out[4096];
+
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "{ $S train --data a.txt --threads 1 --sync none --progress 0 "
+		    "--epochs 1000 "
+		    "--save big.ckpt --save-every 1 2>/dev/null & }; P=$!; "
+		    "for i in $(seq 400); do [ -e big.ckpt.tmp ] && break; "
+		    "sleep 0.05; done; "
+		    "[ -e big.ckpt.tmp ] && echo caught; kill -TERM $P; wait $P; "
+		    "echo \"status $?\"; ls"),
+		0, "%s", out);
+	cr_assert(strstr(out, "caught"), "%s", out);
+	cr_assert(strstr(out, "status 143"), "%s", out); /* died of SIGTERM */
+	cr_assert_null(strstr(out, ".tmp"), "%s", out);
+}

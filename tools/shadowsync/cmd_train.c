@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -499,6 +500,22 @@ static const char *ss_checkpoint_path(const struct ss_train_cmd *c,
 	return buf;
 }
 
+/*
+ * SIGTERM (launch stopping the ranks) or Ctrl-C during a save: remove the
+ * half-written PATH.tmp, then die of the signal as before.  unlink() is
+ * async-signal-safe; the path is set before the save and cleared after.
+ */
+static char ss_saving_tmp[4096 + 8];
+static volatile sig_atomic_t ss_saving;
+
+static void ss_train_on_signal(int sig)
+{
+	if (ss_saving)
+		unlink(ss_saving_tmp);
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 /* Saves this rank's replica, if it is the one that saves. */
 static int ss_train_save(const struct ss_train_cmd *c, const float *params,
 			 uint64_t examples)
@@ -510,8 +527,11 @@ static int ss_train_save(const struct ss_train_cmd *c, const float *params,
 
 	if (!path)
 		return 0;
+	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp), "%s.tmp", path);
+	ss_saving = 1;
 	rc = ss_checkpoint_save(path, params, ss_model_len(&c->model),
 				c->layout_hash, c->resumed + examples);
+	ss_saving = 0;
 	if (rc == 0)
 		ss_log_info("checkpoint: %s (%" PRIu64 " examples)", path,
 			    c->resumed + examples);
@@ -572,7 +592,7 @@ static void *ss_progress_main(void *arg)
 			struct timespec until;
 			uint64_t ns;
 
-			clock_gettime(CLOCK_REALTIME, &until);
+			clock_gettime(CLOCK_MONOTONIC, &until);
 			ns = (uint64_t)until.tv_nsec + (due - now);
 			until.tv_sec += (time_t)(ns / s);
 			until.tv_nsec = (long)(ns % s);
@@ -599,6 +619,19 @@ static void *ss_progress_main(void *arg)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
+}
+
+static void ss_progress_stop(struct ss_progress *p, pthread_t thread,
+			     bool *started)
+{
+	if (!*started)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(thread, NULL);
+	*started = false;
 }
 
 static int ss_evaluate(const struct ss_model_config *m, const float *params,
@@ -666,9 +699,9 @@ int ss_cmd_train(int argc, char **argv)
 	struct ss_sync *sync = NULL;
 	struct ss_train_result res = { 0 };
 	struct ss_metrics test = { 0 };
-	struct ss_progress prog = { .lock = PTHREAD_MUTEX_INITIALIZER,
-				    .cond = PTHREAD_COND_INITIALIZER };
-	pthread_t prog_thread;
+	struct ss_progress prog = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	pthread_condattr_t cond_attr;
+	pthread_t prog_thread = 0;
 	bool prog_started = false, shadow = false;
 	struct stat st;
 	float *params = NULL;
@@ -677,6 +710,15 @@ int ss_cmd_train(int argc, char **argv)
 
 	if (rc == 1)
 		return SS_EXIT_OK;
+	/* The progress thread's deadlines: immune to wall-clock steps. */
+	pthread_condattr_init(&cond_attr);
+	pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&prog.cond, &cond_attr);
+	pthread_condattr_destroy(&cond_attr);
+	if (c.save) {
+		signal(SIGTERM, ss_train_on_signal);
+		signal(SIGINT, ss_train_on_signal);
+	}
 	if (rc == 0)
 		rc = ss_train_peers(&c);
 	if (rc == 0 && stat(c.train.data, &st) < 0)
@@ -729,6 +771,10 @@ int ss_cmd_train(int argc, char **argv)
 		}
 		ss_log_info("resuming from %s (%" PRIu64 " examples seen)",
 			    path, c.resumed);
+		if (c.train.optimizer == SS_OPT_ADAGRAD)
+			ss_log_warn("--load: a checkpoint holds the parameters "
+				    "only: Adagrad's accumulators start from "
+				    "zero, so the first steps are larger");
 	}
 	if (sync) {
 		rc = ss_fabric_connect(fabric);
@@ -762,13 +808,6 @@ int ss_cmd_train(int argc, char **argv)
 	    pthread_create(&prog_thread, NULL, ss_progress_main, &prog) == 0)
 		prog_started = true;
 	rc = ss_train(&c.model, params, &c.train, &res);
-	if (prog_started) {
-		pthread_mutex_lock(&prog.lock);
-		prog.stop = true;
-		pthread_cond_signal(&prog.cond);
-		pthread_mutex_unlock(&prog.lock);
-		pthread_join(prog_thread, NULL);
-	}
 	if (shadow) {
 		int src = ss_shadow_stop(sync);
 
@@ -788,6 +827,11 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc < 0)
 			goto out;
 	}
+	/*
+	 * Only now: a periodic save still writing when the trainers finish
+	 * must not hold this rank back from the others' final barrier.
+	 */
+	ss_progress_stop(&prog, prog_thread, &prog_started);
 	if (c.save)
 		rc = ss_train_save(&c, params, res.examples);
 	if (rc == 0 && c.test)
@@ -841,6 +885,8 @@ int ss_cmd_train(int argc, char **argv)
 			ss_sync_print_stats(sync, stdout);
 	}
 out:
+	ss_progress_stop(&prog, prog_thread, &prog_started);
+	pthread_cond_destroy(&prog.cond);
 	if (rc < 0)
 		ss_error_print(stderr, ss_train_prog, rc);
 	ss_sync_destroy(&sync);
