@@ -153,3 +153,51 @@ Test(cmd_launch, help_names_every_option)
 			  strstr(out, "--json"),
 		  "%s", out);
 }
+
+/* launch killed outright: its ranks die with it (PR_SET_PDEATHSIG). */
+Test(cmd_launch, ranks_do_not_outlive_launch)
+{
+	char cmd[2048], out[8192];
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
+		"{ %s launch -n 2 --port %d -- train --data %s/big.txt " MODEL
+		" --threads 1 --progress 0 >/dev/null 2>&1 & }; L=$!; "
+		"for i in $(seq 100); do "
+		"  [ $(pgrep -P $L | wc -l) = 2 ] && break; sleep 0.1; "
+		"done; R=$(pgrep -P $L | tr '\\n' ' '); echo \"ranks $R\"; "
+		"kill -KILL $L; sleep 1; "
+		/* a zombie is dead; reaping it is up to whoever inherited it */
+		"for p in $R; do S=$(ps -o stat= -p $p); "
+		"  case \"$S\" in ''|Z*) ;; *) echo \"alive $p $S\";; esac; done; "
+		"echo done",
+		SS_COMMAND, dir, SS_COMMAND, port() + 6, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert(strstr(out, "ranks ") && !strstr(out, "ranks \n"), "%s", out);
+	cr_assert_null(strstr(out, "alive"), "%s", out);
+}
+
+/* With two cores or more, two ranks plan within different cores. */
+Test(cmd_launch, bind_spread_gives_each_rank_its_own_cores)
+{
+	char cmd[1024], out[8192];
+	const char *r0, *r1;
+
+	if (sysconf(_SC_NPROCESSORS_ONLN) < 2)
+		cr_skip_test("one CPU: nothing to spread");
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
+		 " --threads 1 --progress 0 --sync none --verbose 2>&1",
+		 SS_COMMAND, port() + 8, dir);
+	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	r0 = strstr(out, "[rank 0] ");
+	r1 = strstr(out, "[rank 1] ");
+	cr_assert(r0 && r1, "%s", out);
+	r0 = strstr(out, "planning within CPUs ");
+	cr_assert_not_null(r0, "%s", out);
+	r1 = strstr(r0 + 1, "planning within CPUs ");
+	cr_assert_not_null(r1, "%s", out);
+	/* the two lists differ */
+	cr_assert_neq(strncmp(r0, r1, strcspn(r0, ",\n")), 0, "%s", out);
+}

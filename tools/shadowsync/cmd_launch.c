@@ -12,10 +12,13 @@
 #include <inttypes.h>
 #include <math.h>
 #include <poll.h>
+#include <hwloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,14 +38,14 @@ static void ss_launch_usage(FILE *out)
 		"Start N ranks of 'shadowsync train' on this machine, connected to each\n"
 		"other, print their output prefixed by rank and one combined summary.\n"
 		"If a rank fails, or on Ctrl-C, the other ranks are stopped and the exit\n"
-		"status is 1.  launch gives each rank --rank, --peers and --transport.\n"
+		"status is 1.  launch gives each rank --rank, --peers and --transport,\n"
+		"and a random --job-key unless train's options or SS_JOB_KEY give one.\n"
 		"\n"
 		"  -n, --ranks N       ranks to start (1 to %d)\n"
 		"  --transport T       shm (default), verbs or auto\n"
 		"  --host ADDR         address the ranks listen on (default 127.0.0.1;\n"
 		"                      over verbs: the RDMA netdev's address)\n"
-		"  --port P            port of rank 0, rank r uses P + r (default: one\n"
-		"                      derived from the process id)\n"
+		"  --port P            port of rank 0, rank r uses P + r (default: random)\n"
 		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
 		"  --bind B            spread (default): each rank gets its share of this\n"
 		"                      process's CPUs, and plans its threads within it;\n"
@@ -71,8 +74,11 @@ struct ss_launch {
 	const char *host;
 	long port, timeout_s;
 	bool json, start_failed, bind;
-	int n_cpus; /* the CPUs this process may use, shared out by --bind */
-	int cpus[CPU_SETSIZE];
+	pid_t launcher;
+	uint64_t nonce; /* random: the default port and job key */
+	char job_key[24]; /* --job-key for the ranks, "" when the user gave one */
+	int n_cores; /* this process's cores, shared out by --bind */
+	cpu_set_t *cores; /* the PUs of each, in hwloc's logical order */
 	int train_argc;
 	char **train_argv;
 	struct ss_rank_proc *ranks;
@@ -133,7 +139,14 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 	l->bind = true;
 	l->transport = SS_TRANSPORT_SHM;
 	l->host = "127.0.0.1";
-	l->port = 20000 + getpid() % 20000;
+	/*
+	 * Another launch on this machine must not take these ranks for its
+	 * own: ports and job key are random (a rank of another job is
+	 * refused at the handshake), unless given.
+	 */
+	if (getrandom(&l->nonce, sizeof(l->nonce), 0) != sizeof(l->nonce))
+		l->nonce = ss_now_ns() ^ (uint64_t)getpid() << 32;
+	l->port = 20000 + (long)(l->nonce % 20000);
 	optind = 1;
 	/* '+': stop at the first non-option, the train command. */
 	while ((opt = getopt_long(argc, argv, "+n:h", options, NULL)) != -1) {
@@ -182,24 +195,81 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 				    "say how many ranks: -n 4", "-n");
 	l->train_argc = argc - optind;
 	l->train_argv = argv + optind;
+	if (!getenv("SS_JOB_KEY"))
+		snprintf(l->job_key, sizeof(l->job_key), "%llu",
+			 (unsigned long long)(l->nonce >> 16));
+	for (int k = 0; k < l->train_argc; k++)
+		if (!strncmp(l->train_argv[k], "--job-key", 9))
+			l->job_key[0] = '\0';
 	return ss_launch_check_train_args(l->train_argc, l->train_argv);
 }
 
 /*
- * Rank r's share of the CPUs: a contiguous block (on Linux, SMT siblings
- * are numbered apart, so a block holds distinct cores); ranks share CPUs
- * when there are more ranks than CPUs.
+ * The cores this process may use, each as the set of its PUs, in hwloc's
+ * logical order (package, NUMA node, core), so that a block of
+ * consecutive cores stays within a node where the counts allow.  Whole
+ * cores: SMT siblings are numbered apart on Linux, and two ranks on the
+ * siblings of one core would share its arithmetic units.
+ */
+static int ss_launch_cores(struct ss_launch *l)
+{
+	hwloc_topology_t topo;
+	hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+	hwloc_obj_t core = NULL;
+	int rc = 0;
+
+	if (!mine || hwloc_topology_init(&topo) < 0) {
+		hwloc_bitmap_free(mine);
+		return ss_error_set(-ENOMEM, NULL, NULL, "hwloc for --bind");
+	}
+	if (hwloc_topology_load(topo) < 0 ||
+	    hwloc_get_cpubind(topo, mine, HWLOC_CPUBIND_PROCESS) < 0) {
+		rc = ss_error_set(SS_ETOPO, strerror(errno),
+				  "run with --bind none", "--bind spread");
+		goto out;
+	}
+	l->cores = calloc(
+		(size_t)hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE) + 1,
+		sizeof(cpu_set_t));
+	if (!l->cores) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "--bind spread");
+		goto out;
+	}
+	while ((core = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_CORE,
+						  core))) {
+		cpu_set_t *set = &l->cores[l->n_cores];
+		unsigned pu;
+
+		CPU_ZERO(set);
+		hwloc_bitmap_foreach_begin(pu, core->cpuset)
+		{
+			if (hwloc_bitmap_isset(mine, pu) && pu < CPU_SETSIZE)
+				CPU_SET(pu, set);
+		}
+		hwloc_bitmap_foreach_end();
+		if (CPU_COUNT(set))
+			l->n_cores++;
+	}
+out:
+	hwloc_bitmap_free(mine);
+	hwloc_topology_destroy(topo);
+	return rc;
+}
+
+/*
+ * Rank r's share: a block of whole cores; ranks share cores only when
+ * there are more ranks than cores.
  */
 static void ss_launch_bind(const struct ss_launch *l, int r)
 {
-	int first = r * l->n_cpus / l->n, last = (r + 1) * l->n_cpus / l->n;
+	int first = r * l->n_cores / l->n, last = (r + 1) * l->n_cores / l->n;
 	cpu_set_t set;
 
 	if (last <= first)
 		last = first + 1;
 	CPU_ZERO(&set);
 	for (int i = first; i < last; i++)
-		CPU_SET(l->cpus[i], &set);
+		CPU_OR(&set, &set, &l->cores[i]);
 	if (sched_setaffinity(0, sizeof(set), &set) < 0)
 		fprintf(stderr,
 			"shadowsync launch: rank %d: sched_setaffinity: %s\n",
@@ -218,7 +288,11 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 		_exit(127);
 	dup2(out_fd, STDOUT_FILENO);
 	dup2(err_fd, STDERR_FILENO);
-	if (l->bind && l->n_cpus > 0)
+	/* Die with launch, whatever kills it; close the race with the fork. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != l->launcher)
+		_exit(127);
+	if (l->bind && l->n_cores > 0)
 		ss_launch_bind(l, r);
 	snprintf(rank, sizeof(rank), "%d", r);
 	argv[n++] = "shadowsync";
@@ -231,6 +305,10 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	argv[n++] = "--transport";
 	argv[n++] = (char *)ss_transport_name(l->transport);
 	argv[n++] = "--json";
+	if (l->job_key[0]) {
+		argv[n++] = "--job-key";
+		argv[n++] = (char *)l->job_key;
+	}
 	argv[n] = NULL;
 	execv("/proc/self/exe", argv);
 	fprintf(stderr, "shadowsync launch: exec /proc/self/exe: %s\n",
@@ -244,14 +322,15 @@ static int ss_launch_start(struct ss_launch *l)
 	char *peers = malloc(size + 1);
 	int rc = 0;
 
-	cpu_set_t mine;
-
 	if (!peers)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
-	if (l->bind && sched_getaffinity(0, sizeof(mine), &mine) == 0)
-		for (int c = 0; c < CPU_SETSIZE; c++)
-			if (CPU_ISSET(c, &mine))
-				l->cpus[l->n_cpus++] = c;
+	if (l->bind)
+		rc = ss_launch_cores(l);
+	if (rc < 0) {
+		free(peers);
+		return rc;
+	}
+	l->launcher = getpid();
 	peers[0] = '\0';
 	for (int r = 0; r < l->n; r++)
 		snprintf(peers + strlen(peers), size + 1 - strlen(peers),
@@ -604,5 +683,6 @@ int ss_cmd_launch(int argc, char **argv)
 	for (int r = 0; r < l.n; r++)
 		free(l.ranks[r].json);
 	free(l.ranks);
+	free(l.cores);
 	return rc < 0 || failed ? SS_EXIT_FAILURE : SS_EXIT_OK;
 }
