@@ -47,10 +47,14 @@ static int ss_topo_set_source(struct ss_topo *topo, const char *source)
 /*
  * A launcher (Slurm's --cpu-bind, taskset, shadowsync launch) may have given
  * this process part of the machine: plan within it, or the ranks of one
- * machine would all pin their threads to the same cores.
+ * machine would all pin their threads to the same cores.  NUMA nodes left
+ * without CPUs go (the replica must be near this process's cores); I/O
+ * objects move up to what remains, so the NIC is still found.  hwloc
+ * unloads the topology when a restriction fails: that is an error.
  */
-static void ss_topo_restrict_to_binding(struct ss_topo *topo)
+static int ss_topo_restrict_to_binding(struct ss_topo *topo)
 {
+	int rc = 0;
 	hwloc_bitmap_t set = hwloc_bitmap_alloc();
 	hwloc_const_cpuset_t all = hwloc_topology_get_topology_cpuset(topo->hw);
 
@@ -60,15 +64,22 @@ static void ss_topo_restrict_to_binding(struct ss_topo *topo)
 		char text[256];
 
 		hwloc_bitmap_list_snprintf(text, sizeof(text), set);
-		if (hwloc_topology_restrict(topo->hw, set, 0) == 0)
+		if (hwloc_topology_restrict(
+			    topo->hw, set,
+			    HWLOC_RESTRICT_FLAG_REMOVE_CPULESS |
+				    HWLOC_RESTRICT_FLAG_ADAPT_IO |
+				    HWLOC_RESTRICT_FLAG_ADAPT_MISC) == 0)
 			ss_log_info("topo: planning within CPUs %s, this "
 				    "process's binding",
 				    text);
 		else
-			ss_log_warn("topo: cannot restrict to CPUs %s: %s",
-				    text, strerror(errno));
+			rc = ss_error_set(SS_ETOPO, strerror(errno),
+					  "run without a CPU binding",
+					  "restricting the topology to CPUs %s",
+					  text);
 	}
 	hwloc_bitmap_free(set);
+	return rc;
 }
 
 int ss_topo_open(struct ss_topo **out, const char *source)
@@ -103,8 +114,11 @@ int ss_topo_open(struct ss_topo **out, const char *source)
 		goto err_hw;
 	}
 	topo->this_machine = hwloc_topology_is_thissystem(topo->hw);
-	if (topo->this_machine && !(source && *source))
-		ss_topo_restrict_to_binding(topo);
+	if (topo->this_machine && !(source && *source)) {
+		rc = ss_topo_restrict_to_binding(topo);
+		if (rc < 0)
+			goto err_hw;
+	}
 	*out = topo;
 	return 0;
 
