@@ -42,6 +42,11 @@ struct ss_doctor {
 	int ranks;
 	struct ss_model_config model;
 	int problems;
+	/*
+	 * Without --device, a run takes a usable port; then what is wrong
+	 * with the others (a storage NIC, a spare port) is only a note.
+	 */
+	bool any_usable;
 };
 
 static void ss_doctor_problem(struct ss_doctor *d, const char *fix,
@@ -59,6 +64,56 @@ static void ss_doctor_problem(struct ss_doctor *d, const char *fix,
 	va_end(ap);
 	printf("\n      fix: %s\n", fix);
 	d->problems++;
+}
+
+/* A problem of one port: a note when a run would use another port. */
+static void ss_doctor_port_problem(struct ss_doctor *d, const char *fix,
+				   const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void ss_doctor_port_problem(struct ss_doctor *d, const char *fix,
+				   const char *fmt, ...)
+{
+	char what[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (d->device || !d->any_usable)
+		ss_doctor_problem(d, fix, "%s", what);
+	else
+		printf("  note: %s (not the port a run would use; fix: %s)\n",
+		       what, fix);
+}
+
+static const uint8_t ss_zero_gid[16];
+
+/* A RoCE v2 GID a peer across an IP network can reach: not fe80::. */
+static bool ss_routable_v2(const struct ibv_gid_entry *e)
+{
+	return e->gid_type == IBV_GID_TYPE_ROCE_V2 &&
+	       !(e->gid.raw[0] == 0xfe && (e->gid.raw[1] & 0xc0) == 0x80);
+}
+
+/* Whether a run could use this port: active, with a GID peers reach. */
+static bool ss_doctor_port_usable(struct ibv_context *ctx, uint8_t port)
+{
+	struct ibv_port_attr pa;
+
+	if (ibv_query_port(ctx, port, &pa) || pa.state != IBV_PORT_ACTIVE)
+		return false;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		struct ibv_gid_entry e;
+
+		if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0) ||
+		    !memcmp(e.gid.raw, ss_zero_gid, sizeof(ss_zero_gid)))
+			continue;
+		if (pa.link_layer != IBV_LINK_LAYER_ETHERNET ||
+		    ss_routable_v2(&e))
+			return true;
+	}
+	return false;
 }
 
 static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
@@ -153,16 +208,15 @@ static void ss_doctor_gids(struct ss_doctor *d, struct ibv_context *ctx,
 			   const struct ibv_port_attr *pa)
 {
 	bool ethernet = pa->link_layer == IBV_LINK_LAYER_ETHERNET;
-	bool v2 = false;
+	bool v2 = false, routable = false;
 	int shown = 0;
 
 	for (int i = 0; i < pa->gid_tbl_len; i++) {
 		struct ibv_gid_entry e;
 		char text[INET6_ADDRSTRLEN], ifname[IF_NAMESIZE] = "";
-		static const uint8_t zero[16];
 
 		if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0) ||
-		    !memcmp(e.gid.raw, zero, sizeof(zero)))
+		    !memcmp(e.gid.raw, ss_zero_gid, sizeof(ss_zero_gid)))
 			continue;
 		inet_ntop(AF_INET6, e.gid.raw, text, sizeof(text));
 		if (e.ndev_ifindex)
@@ -170,21 +224,28 @@ static void ss_doctor_gids(struct ss_doctor *d, struct ibv_context *ctx,
 		printf("    GID %-3d %-40s %-8s %s\n", i, text,
 		       ss_gid_type_name(e.gid_type), ifname);
 		v2 |= e.gid_type == IBV_GID_TYPE_ROCE_V2;
+		routable |= ss_routable_v2(&e);
 		shown++;
 	}
 	if (!shown)
-		ss_doctor_problem(
+		ss_doctor_port_problem(
 			d,
 			ethernet ?
 				"give the port's netdev an IP address: ip addr add ADDR/LEN dev NETDEV" :
 				"bring the port up with a subnet manager (opensm) on the fabric",
 			"%s port %u has no GID", dev, port);
 	else if (ethernet && !v2)
-		ss_doctor_problem(
+		ss_doctor_port_problem(
 			d,
 			"give the netdev an IPv4 or global IPv6 address, or enable RoCE v2 in the NIC's firmware",
 			"%s port %u has no RoCE v2 GID (v1 does not cross IP routers)",
 			dev, port);
+	else if (ethernet && !routable)
+		ss_doctor_port_problem(
+			d,
+			"give the netdev an IPv4 or global IPv6 address: the ranks listen on it (--peers host:port)",
+			"%s port %u has only a link-local RoCE v2 GID", dev,
+			port);
 }
 
 static void ss_doctor_port(struct ss_doctor *d, struct ibv_context *ctx,
@@ -192,11 +253,12 @@ static void ss_doctor_port(struct ss_doctor *d, struct ibv_context *ctx,
 {
 	struct ibv_port_attr pa;
 	bool ethernet;
+	int rc = ibv_query_port(ctx, port, &pa);
 
-	if (ibv_query_port(ctx, port, &pa)) {
-		ss_doctor_problem(d, "check the driver: dmesg, rdma link",
-				  "ibv_query_port %s port %u: %s", dev, port,
-				  strerror(errno));
+	if (rc) {
+		ss_doctor_port_problem(d, "check the driver: dmesg, rdma link",
+				       "ibv_query_port %s port %u: %s", dev,
+				       port, strerror(rc));
 		return;
 	}
 	ethernet = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
@@ -206,7 +268,7 @@ static void ss_doctor_port(struct ss_doctor *d, struct ibv_context *ctx,
 	       ss_mtu_bytes(pa.active_mtu), ss_mtu_bytes(pa.max_mtu),
 	       pa.max_msg_sz);
 	if (pa.state != IBV_PORT_ACTIVE)
-		ss_doctor_problem(
+		ss_doctor_port_problem(
 			d,
 			ethernet ?
 				"bring the netdev up (ip link set NETDEV up) and check the cable and switch port" :
@@ -256,20 +318,33 @@ static void ss_doctor_devices(struct ss_doctor *d)
 					  strerror(errno));
 		return;
 	}
+	/* First pass: is there a port a run could use at all? */
+	for (int i = 0; i < n && !d->any_usable; i++) {
+		struct ibv_context *ctx = ibv_open_device(devs[i]);
+		struct ibv_device_attr da;
+
+		if (ctx && ibv_query_device(ctx, &da) == 0)
+			for (uint8_t p = 1; p <= da.phys_port_cnt; p++)
+				d->any_usable |= ss_doctor_port_usable(ctx, p);
+		if (ctx)
+			ibv_close_device(ctx);
+	}
 	for (int i = 0; i < n; i++) {
 		const char *name = ibv_get_device_name(devs[i]);
 		struct ibv_context *ctx;
 		struct ibv_device_attr da;
+		int rc;
 
 		if (d->device && strcmp(d->device, name))
 			continue;
 		checked++;
 		ctx = ibv_open_device(devs[i]);
-		if (!ctx || ibv_query_device(ctx, &da)) {
-			ss_doctor_problem(
+		rc = ctx ? ibv_query_device(ctx, &da) : errno;
+		if (!ctx || rc) {
+			ss_doctor_port_problem(
 				d,
 				"check /dev/infiniband permissions and the driver (dmesg)",
-				"cannot open %s: %s", name, strerror(errno));
+				"cannot open %s: %s", name, strerror(rc));
 			if (ctx)
 				ibv_close_device(ctx);
 			continue;
