@@ -84,10 +84,14 @@ $(COMMAND): $(CMD_OBJS) $(STATIC_LIB)
 $(O)/obj/tests/%.o: SS_CFLAGS += -DSS_SOURCE_DIR='"$(CURDIR)"' \
 	-DSS_COMMAND='"$(abspath $(COMMAND))"'
 
-# Helpers that tests share, linked into each.
+# Helpers that tests share, linked into each; the Criterion-only ones are
+# left out of the ThreadSanitizer builds, which run without Criterion.
 TEST_HELPERS := ranks
+CRITERION_HELPERS := cmd
 
-$(O)/tests/%: $(O)/obj/tests/%.o $(TEST_HELPERS:%=$(O)/obj/tests/%.o) $(STATIC_LIB)
+$(O)/tests/%: $(O)/obj/tests/%.o \
+		$(TEST_HELPERS:%=$(O)/obj/tests/%.o) \
+		$(CRITERION_HELPERS:%=$(O)/obj/tests/%.o) $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS) $(TEST_LIBS)
 

@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd.h"
+
 static char dir[] = "/tmp/ss-ckcmd-XXXXXX";
 
 #define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
@@ -33,44 +35,15 @@ static void setup(void)
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	cmd_rm_dir(dir);
 }
 
 TestSuite(cmd_checkpoint, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Runs a shell command in the test folder; output in @out; exit status. */
-static int run(char *out, size_t size, const char *fmt, ...)
-{
-	char cmd[2048];
-	va_list ap;
-	FILE *p;
-	size_t n;
-	int k = snprintf(cmd, sizeof(cmd), "cd %s && S=%s && ", dir,
-			 SS_COMMAND);
-
-	va_start(ap, fmt);
-	vsnprintf(cmd + k, sizeof(cmd) - (size_t)k, fmt, ap);
-	va_end(ap);
-	p = popen(cmd, "r");
-	cr_assert_not_null(p);
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	return WEXITSTATUS(pclose(p));
-}
-
-static double json_number(const char *json, const char *key)
-{
-	char pat[64];
-	const char *at;
-
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	at = strstr(json, pat);
-	cr_assert_not_null(at, "no %s in %s", key, json);
-	return strtod(at + strlen(pat), NULL);
-}
+/* Runs a shell command in the test folder, $S the command. */
+#define run(out, size, fmt, ...)                                     \
+	cmd_run(out, size, "cd %s && S=%s && " fmt, dir, SS_COMMAND, \
+		##__VA_ARGS__)
 
 Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
 {
@@ -88,18 +61,19 @@ Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
 			 "$S train --data b.txt --test test.txt " TRAIN
 			 " --load m.ckpt --save m2.ckpt --json 2>&1"),
 		     0, "%s", resumed);
-	cr_assert_eq(json_number(resumed, "resumed_examples"), 6400);
+	cr_assert_eq(cmd_json_number(resumed, "resumed_examples"), 6400);
 	/* the same parameters to the last bit give the same metrics */
-	cr_assert_eq(json_number(whole, "test_ne"),
-		     json_number(resumed, "test_ne"), "%s\n%s", whole, resumed);
-	cr_assert_eq(json_number(whole, "test_auc"),
-		     json_number(resumed, "test_auc"));
+	cr_assert_eq(cmd_json_number(whole, "test_ne"),
+		     cmd_json_number(resumed, "test_ne"), "%s\n%s", whole,
+		     resumed);
+	cr_assert_eq(cmd_json_number(whole, "test_auc"),
+		     cmd_json_number(resumed, "test_auc"));
 	/* and the second checkpoint counts both runs' examples */
 	cr_assert_eq(run(resumed, sizeof(resumed),
 			 "$S train --data b.txt " TRAIN
 			 " --load m2.ckpt --json 2>&1"),
 		     0, "%s", resumed);
-	cr_assert_eq(json_number(resumed, "resumed_examples"), 7680);
+	cr_assert_eq(cmd_json_number(resumed, "resumed_examples"), 7680);
 }
 
 Test(cmd_checkpoint, truncated_corrupted_and_foreign_files_are_refused)

@@ -10,19 +10,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "cmd.h"
 #include "ranks.h"
-
-/* Runs a shell command; its output in @out; returns its exit status. */
-static int run(const char *cmd, char *out, size_t size)
-{
-	FILE *p = popen(cmd, "r");
-	size_t n;
-
-	cr_assert_not_null(p);
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	return WEXITSTATUS(pclose(p));
-}
 
 Test(cmd_doctor, reports_the_devices_or_their_absence)
 {
@@ -30,7 +19,7 @@ Test(cmd_doctor, reports_the_devices_or_their_absence)
 	int status;
 
 	snprintf(cmd, sizeof(cmd), "%s doctor 2>&1", SS_COMMAND);
-	status = run(cmd, out, sizeof(out));
+	status = cmd_run(out, sizeof(out), "%s", cmd);
 	cr_assert(strstr(out, "locked memory") && strstr(out, "hugepages"),
 		  "%s", out);
 	if (!ss_fabric_verbs_available()) {
@@ -41,8 +30,7 @@ Test(cmd_doctor, reports_the_devices_or_their_absence)
 	}
 	/* the soft-RoCE guest: an active RoCE port with a RoCE v2 GID */
 	cr_assert_eq(status, 0, "%s", out);
-	cr_assert(strstr(out, "port 1: active, Ethernet (RoCE)"), "%s",
-		  out);
+	cr_assert(strstr(out, "port 1: active, Ethernet (RoCE)"), "%s", out);
 	cr_assert(strstr(out, "RoCE v2"), "%s", out);
 	cr_assert(strstr(out, "locality: "), "%s", out);
 	cr_assert(strstr(out, "no problem found"), "%s", out);
@@ -58,7 +46,7 @@ Test(cmd_doctor, low_memlock_limit_is_a_problem_with_its_fix)
 		 "setpriv --bounding-set=-ipc_lock --inh-caps=-ipc_lock "
 		 "%s doctor --ranks 2 --hash-size 1000 2>&1",
 		 SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 1, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 1, "%s", out);
 	cr_assert(strstr(out, "on 2 ranks registers"), "%s", out);
 	cr_assert(strstr(out, "PROBLEM: RLIMIT_MEMLOCK (0.1 MiB) is below"),
 		  "%s", out);
@@ -70,13 +58,13 @@ Test(cmd_doctor, options)
 	char cmd[256], out[4096];
 
 	snprintf(cmd, sizeof(cmd), "%s doctor --help", SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--device") && strstr(out, "--ranks"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s doctor --ranks 0 2>&1", SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 2);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2);
 	cr_assert(strstr(out, "--ranks"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s doctor --device nosuch0 2>&1",
 		 SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 1);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 1);
 	cr_assert(strstr(out, "PROBLEM: no RDMA device"), "%s", out);
 }

@@ -7,45 +7,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd.h"
+
 static char dir[] = "/tmp/ss-launch-XXXXXX";
 
 #define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
 
 static void setup(void)
 {
-	char cmd[512];
-
 	strcpy(dir, "/tmp/ss-launch-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(
-		cmd, sizeof(cmd),
-		"%s gen-data --out %s/train.txt --examples 6000 --cardinality 300 >/dev/null && "
-		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --stream 1 >/dev/null",
-		SS_COMMAND, dir, SS_COMMAND, dir);
-	cr_assert_eq(system(cmd), 0);
+	cmd_data_dir(dir);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	cmd_rm_dir(dir);
 }
 
 TestSuite(cmd_launch, .init = setup, .fini = teardown, .timeout = 120);
-
-/* Runs a shell command; its output in @out; returns its exit status. */
-static int run(const char *cmd, char *out, size_t size)
-{
-	FILE *p = popen(cmd, "r");
-	size_t n;
-
-	cr_assert_not_null(p);
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	return WEXITSTATUS(pclose(p));
-}
 
 static int port(void)
 {
@@ -60,7 +39,7 @@ Test(cmd_launch, two_ranks_share_the_data_and_sum_up)
 		 "%s launch -n 2 --port %d --json -- train --data %s/train.txt "
 		 "--test %s/test.txt " MODEL " --threads 1 --progress 0 2>&1",
 		 SS_COMMAND, port(), dir, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "{\"world\":2,\"transport\":\"shm\",\"failed\":0,"
 			      "\"examples\":6000,"),
 		  "%s", out);
@@ -80,7 +59,7 @@ Test(cmd_launch, output_is_prefixed_by_rank)
 		 "%s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
 		 " --threads 1 --progress 0 --sync ma --verbose 2>&1",
 		 SS_COMMAND, port() + 2, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "[rank 0] "), "%s", out);
 	cr_assert(strstr(out, "[rank 1] "), "%s", out);
 	cr_assert(strstr(out, "launch: 2 ranks over shm, all succeeded"), "%s",
@@ -104,7 +83,7 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
 		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
 		SS_COMMAND, dir, SS_COMMAND, port() + 4, dir, dir, dir);
-	run(cmd, out, sizeof(out));
+	cmd_run(out, sizeof(out), "%s", cmd);
 	cr_assert(strstr(out, "launch status 1"), "%s", out);
 	/* rank 1, unless process ids wrapped around between the forks */
 	cr_assert(strstr(out,
@@ -135,7 +114,7 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		snprintf(cmd, sizeof(cmd), "%s launch %s 2>&1", SS_COMMAND,
 			 cases[i].args);
-		cr_expect_eq(run(cmd, out, sizeof(out)), 2, "%s: %s",
+		cr_expect_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s: %s",
 			     cases[i].args, out);
 		cr_expect(strstr(out, cases[i].says), "%s: wanted '%s' in: %s",
 			  cases[i].args, cases[i].says, out);
@@ -147,7 +126,7 @@ Test(cmd_launch, help_names_every_option)
 	char cmd[256], out[4096];
 
 	snprintf(cmd, sizeof(cmd), "%s launch --help", SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--ranks") && strstr(out, "--transport") &&
 			  strstr(out, "--port") && strstr(out, "--timeout") &&
 			  strstr(out, "--json"),
@@ -173,7 +152,7 @@ Test(cmd_launch, ranks_do_not_outlive_launch)
 		"  case \"$S\" in ''|Z*) ;; *) echo \"alive $p $S\";; esac; done; "
 		"echo done",
 		SS_COMMAND, dir, SS_COMMAND, port() + 6, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "ranks ") && !strstr(out, "ranks \n"), "%s", out);
 	cr_assert_null(strstr(out, "alive"), "%s", out);
 }
@@ -190,7 +169,7 @@ Test(cmd_launch, bind_spread_gives_each_rank_its_own_cores)
 		 "%s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
 		 " --threads 1 --progress 0 --sync none --verbose 2>&1",
 		 SS_COMMAND, port() + 8, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	r0 = strstr(out, "[rank 0] ");
 	r1 = strstr(out, "[rank 1] ");
 	cr_assert(r0 && r1, "%s", out);

@@ -7,45 +7,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cmd.h"
+
 static char dir[] = "/tmp/ss-cmd-XXXXXX";
 
 #define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
 
 static void setup(void)
 {
-	char cmd[512];
-
 	strcpy(dir, "/tmp/ss-cmd-XXXXXX");
-	cr_assert_not_null(mkdtemp(dir));
-	snprintf(
-		cmd, sizeof(cmd),
-		"%s gen-data --out %s/train.txt --examples 6000 --cardinality 300 >/dev/null && "
-		"%s gen-data --out %s/test.txt --examples 1000 --cardinality 300 --stream 1 >/dev/null",
-		SS_COMMAND, dir, SS_COMMAND, dir);
-	cr_assert_eq(system(cmd), 0);
+	cmd_data_dir(dir);
 }
 
 static void teardown(void)
 {
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-	cr_assert_eq(system(cmd), 0);
+	cmd_rm_dir(dir);
 }
 
 TestSuite(cmd_train, .init = setup, .fini = teardown, .timeout = 120);
-
-/* Runs a shell command; its output in @out; returns its exit status. */
-static int run(const char *cmd, char *out, size_t size)
-{
-	FILE *p = popen(cmd, "r");
-	size_t n;
-
-	cr_assert_not_null(p);
-	n = fread(out, 1, size - 1, p);
-	out[n] = '\0';
-	return WEXITSTATUS(pclose(p));
-}
 
 Test(cmd_train, one_rank_trains_and_reports_json)
 {
@@ -55,7 +34,7 @@ Test(cmd_train, one_rank_trains_and_reports_json)
 		 "%s train --data %s/train.txt --test %s/test.txt " MODEL
 		 " --threads 1 --sync none --progress 0 --json 2>&1",
 		 SS_COMMAND, dir, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "\"examples\":6000"), "%s", out);
 	cr_assert(strstr(out, "\"test_ne\":"), "%s", out);
 }
@@ -76,19 +55,11 @@ Test(cmd_train, two_ranks_over_shm_with_shadow_ma)
 		" --threads 1 --transport shm --peers $P --rank 0 --progress 0 --json --job-key 77 2>&1; "
 		"r0=$?; wait $!; r1=$?; cat %s/r1; echo \"status $r0 $r1\"",
 		port, port + 1, SS_COMMAND, dir, dir, SS_COMMAND, dir, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "status 0 0"), "%s", out);
 	cr_assert(strstr(out, "\"rank\":0,\"world\":2"), "%s", out);
 	cr_assert(strstr(out, "\"rank\":1,\"world\":2"), "%s", out);
 	cr_assert(strstr(out, "\"sync\":\"ma\""), "%s", out);
-}
-
-/* The number after "@key": in @text, or -1. */
-static double json_number(const char *text, const char *key)
-{
-	const char *at = strstr(text, key);
-
-	return at ? strtod(at + strlen(key), NULL) : -1;
 }
 
 /*
@@ -115,14 +86,14 @@ Test(cmd_train, reaches_near_the_teacher_floor, .timeout = 240)
 		" --optimizer adagrad --lr 0.02 --threads 2 --oversubscribe"
 		" --sync none --progress 0 --json 2>&1",
 		SS_COMMAND, dir, SS_COMMAND, dir, SS_COMMAND, dir, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0, "%s", out);
-	ne = json_number(out, "\"test_ne\":");
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	ne = cmd_json_number(out, "test_ne");
 	snprintf(cmd, sizeof(cmd), "%s/q-test.txt.teacher.json", dir);
 	f = fopen(cmd, "r");
 	cr_assert_not_null(f);
 	out[fread(out, 1, sizeof(out) - 1, f)] = '\0';
 	fclose(f);
-	floor = json_number(out, "\"ne\":");
+	floor = cmd_json_number(out, "ne");
 	fprintf(stderr, "held-out NE %.4f, teacher floor %.4f: ratio %.4f\n",
 		ne, floor, ne / floor);
 	cr_assert(floor > 0.3 && floor < 0.9, "floor %f", floor);
@@ -137,23 +108,23 @@ Test(cmd_train, refusals_name_the_option)
 	char cmd[1024], out[4096];
 
 	snprintf(cmd, sizeof(cmd), "%s train " MODEL " 2>&1", SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "error: --data"), "%s", out);
 	snprintf(cmd, sizeof(cmd),
 		 "%s train --data %s/train.txt --sync allreduce 2>&1",
 		 SS_COMMAND, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "ma, easgd, bmuf, gossip"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s train --data %s/nope.txt 2>&1",
 		 SS_COMMAND, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 1, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 1, "%s", out);
 	cr_assert(strstr(out, "nope.txt"), "%s", out);
 	snprintf(cmd, sizeof(cmd),
 		 "%s train --data %s/train.txt --rank 3 --peers a:1,b:2 2>&1",
 		 SS_COMMAND, dir);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 2, "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "--rank 3 of 2 peers"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
-	cr_assert_eq(run(cmd, out, sizeof(out)), 0);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);
 }
