@@ -148,39 +148,30 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 			d->ranks = (int)v;
 			break;
 		case 'e':
-			rc = ss_parse_long("--emb-dim", optarg, 1, 1024, &v);
-			d->model.emb_dim = (int)v;
+			rc = ss_cmd_model_option("--emb-dim", optarg,
+						 &d->model);
 			break;
 		case 's':
-			rc = ss_parse_long("--hash-size", optarg, 1, 1L << 30,
-					   &v);
-			d->model.hash_size = (uint32_t)v;
+			rc = ss_cmd_model_option("--hash-size", optarg,
+						 &d->model);
 			break;
 		case 'b':
-			rc = ss_model_layers_parse("--bottom", optarg,
-						   d->model.bottom,
-						   &d->model.n_bottom);
+			rc = ss_cmd_model_option("--bottom", optarg, &d->model);
 			break;
 		case 't':
-			rc = ss_model_layers_parse(
-				"--top", optarg, d->model.top, &d->model.n_top);
+			rc = ss_cmd_model_option("--top", optarg, &d->model);
 			break;
 		case 'h':
 			ss_doctor_usage(stdout);
 			return 1;
 		default:
-			return ss_error_set(
-				SS_EUSAGE, "unknown option",
-				"'shadowsync doctor --help' lists the options",
-				"%s", argv[optind - 1]);
+			return ss_cmd_unknown_option("doctor", argv);
 		}
 		if (rc < 0)
 			return rc;
 	}
-	if (optind < argc)
-		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
-				    "'%s'", argv[optind]);
-	return ss_model_check(&d->model);
+	rc = ss_cmd_no_more_args(argc, argv);
+	return rc < 0 ? rc : ss_model_check(&d->model);
 }
 
 static int ss_mtu_bytes(enum ibv_mtu mtu)

@@ -182,10 +182,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 			ss_launch_usage(stdout);
 			return 1;
 		default:
-			return ss_error_set(
-				SS_EUSAGE, "unknown option",
-				"'shadowsync launch --help' lists the options",
-				"%s", argv[optind - 1]);
+			return ss_cmd_unknown_option("launch", argv);
 		}
 		if (rc < 0)
 			return rc;

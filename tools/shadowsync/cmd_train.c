@@ -217,22 +217,18 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 						&c->train.bad_lines);
 			break;
 		case OPT_EMB:
-			rc = ss_parse_long("--emb-dim", optarg, 1, 1024, &v);
-			c->model.emb_dim = (int)v;
+			rc = ss_cmd_model_option("--emb-dim", optarg,
+						 &c->model);
 			break;
 		case OPT_BOTTOM:
-			rc = ss_model_layers_parse("--bottom", optarg,
-						   c->model.bottom,
-						   &c->model.n_bottom);
+			rc = ss_cmd_model_option("--bottom", optarg, &c->model);
 			break;
 		case OPT_TOP:
-			rc = ss_model_layers_parse(
-				"--top", optarg, c->model.top, &c->model.n_top);
+			rc = ss_cmd_model_option("--top", optarg, &c->model);
 			break;
 		case OPT_HASH:
-			rc = ss_parse_long("--hash-size", optarg, 1, 1L << 30,
-					   &v);
-			c->model.hash_size = (uint32_t)v;
+			rc = ss_cmd_model_option("--hash-size", optarg,
+						 &c->model);
 			break;
 		case OPT_SEED:
 			rc = ss_parse_long("--seed", optarg, 0, LONG_MAX,
@@ -361,17 +357,14 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			ss_train_usage(stdout);
 			return 1;
 		default:
-			return ss_error_set(
-				SS_EUSAGE, "unknown option",
-				"'shadowsync train --help' lists the options",
-				"%s", argv[optind - 1]);
+			return ss_cmd_unknown_option("train", argv);
 		}
 		if (rc < 0)
 			return rc;
 	}
-	if (optind < argc)
-		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
-				    "'%s'", argv[optind]);
+	rc = ss_cmd_no_more_args(argc, argv);
+	if (rc < 0)
+		return rc;
 	if (!c->train.data)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "give the training data: --data FILE",

@@ -23,4 +23,19 @@ int ss_cmd_doctor(int argc, char **argv);
  */
 int ss_cmd_fail(const char *prog, int code);
 
+struct ss_model_config;
+
+/* ss_cmd_unknown_option() - the error for the option getopt refused. */
+int ss_cmd_unknown_option(const char *command, char **argv);
+
+/* ss_cmd_no_more_args() - 0, or the error for an argument left over. */
+int ss_cmd_no_more_args(int argc, char **argv);
+
+/*
+ * ss_cmd_model_option() - one of the model's sizes, @option being
+ * "--emb-dim", "--hash-size", "--bottom" or "--top".
+ */
+int ss_cmd_model_option(const char *option, const char *arg,
+			struct ss_model_config *m);
+
 #endif /* SS_COMMAND_H */

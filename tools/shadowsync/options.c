@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/* What the subcommands' option parsers share. */
+#include <getopt.h>
+#include <string.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+
+int ss_cmd_unknown_option(const char *command, char **argv)
+{
+	char hint[96];
+
+	snprintf(hint, sizeof(hint), "'shadowsync %s --help' lists the options",
+		 command);
+	return ss_error_set(SS_EUSAGE, "unknown option", hint, "%s",
+			    argv[optind - 1]);
+}
+
+int ss_cmd_no_more_args(int argc, char **argv)
+{
+	if (optind < argc)
+		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
+				    "'%s'", argv[optind]);
+	return 0;
+}
+
+int ss_cmd_model_option(const char *option, const char *arg,
+			struct ss_model_config *m)
+{
+	long v;
+	int rc;
+
+	if (!strcmp(option, "--emb-dim")) {
+		rc = ss_parse_long(option, arg, 1, 1024, &v);
+		m->emb_dim = (int)v;
+	} else if (!strcmp(option, "--hash-size")) {
+		rc = ss_parse_long(option, arg, 1, 1L << 30, &v);
+		m->hash_size = (uint32_t)v;
+	} else if (!strcmp(option, "--bottom")) {
+		rc = ss_model_layers_parse(option, arg, m->bottom,
+					   &m->n_bottom);
+	} else {
+		rc = ss_model_layers_parse(option, arg, m->top, &m->n_top);
+	}
+	return rc;
+}
