@@ -837,12 +837,14 @@ int ss_cmd_train(int argc, char **argv)
 		printf("{\"rank\":%d,\"world\":%d,\"examples\":%" PRIu64
 		       ",\"skipped\":%" PRIu64
 		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
-		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\"",
+		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\","
+		       "\"optimizer\":\"%s\"",
 		       c.fabric.rank, c.fabric.world, res.examples, res.skipped,
 		       res.seconds, (double)res.examples / res.seconds,
 		       res.examples ? res.loss_sum / (double)res.examples : 0,
 		       ss_sync_algo_name(c.sync.algo),
-		       c.foreground ? "foreground" : "shadow");
+		       c.foreground ? "foreground" : "shadow",
+		       ss_optimizer_name(c.train.optimizer));
 		if (c.load)
 			printf(",\"resumed_examples\":%" PRIu64, c.resumed);
 		if (c.test)
