@@ -153,7 +153,8 @@ demo: deps
 demo-rxe: deps
 	@$(MAKE) --no-print-directory command
 	@tools/rxe-vm -- tools/demo --bin $(COMMAND) --out $(O)/demo-rxe \
-		--transport verbs --only shadow-ma --examples 48000 $(DEMO_ARGS)
+		--transport verbs --only shadow-ma --examples 12000 \
+		--max-rounds-per-s 0.5 $(DEMO_ARGS)
 
 # ---- install --------------------------------------------------------------
 
