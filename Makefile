@@ -52,7 +52,7 @@ TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 .SECONDARY:
 
 .PHONY: all lib command tests perf check test deps format format-check \
-	install uninstall clean help demo demo-rxe
+	install uninstall clean help demo demo-rxe perf-deps
 
 all: lib command tests perf
 
@@ -118,6 +118,10 @@ $(TEST_BINS): | $(COMMAND)
 
 deps:
 	@tools/install-deps
+
+# PyTorch too, for perf/vs-torch (large; no test needs it).
+perf-deps:
+	@tools/install-deps --perf
 
 # check installs what is missing, then re-reads this Makefile in a fresh
 # make so that nothing is evaluated before the packages are there.
@@ -203,6 +207,7 @@ help:
 	@echo "make demo-rxe     its 4-node shadow S-MA line over verbs in the soft-RoCE guest"
 	@echo "make check        install missing packages, then run every test"
 	@echo "make deps         install missing Debian packages (root) or print the command"
+	@echo "make perf-deps    the same, and PyTorch for perf/vs-torch"
 	@echo "make install      install into PREFIX=$(PREFIX) (honours DESTDIR)"
 	@echo "make format       reformat the sources with clang-format"
 	@echo "make format-check fail when a source is not formatted"
