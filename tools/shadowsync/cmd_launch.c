@@ -277,7 +277,8 @@ static void ss_launch_bind(const struct ss_launch *l, int r)
 static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 			   int out_fd, int err_fd)
 {
-	char **argv = calloc((size_t)l->train_argc + 10, sizeof(char *));
+	/* the program, train's options, then at most 11 of ours and NULL */
+	char **argv = calloc((size_t)l->train_argc + 16, sizeof(char *));
 	char rank[16];
 	int n = 0;
 
