@@ -150,12 +150,12 @@ test: format-check all
 # demo installs what is missing, builds the command, then trains on
 # generated data four ways and prints one table (tools/demo --help).
 demo: deps
-	@$(MAKE) --no-print-directory command
+	@$(MAKE) --no-print-directory -j$$(nproc) command
 	@tools/demo --bin $(COMMAND) --out $(O)/demo $(DEMO_ARGS)
 
 # The 4-node shadow S-MA line over verbs, inside the soft-RoCE guest.
 demo-rxe: deps
-	@$(MAKE) --no-print-directory command
+	@$(MAKE) --no-print-directory -j$$(nproc) command
 	@tools/rxe-vm -- tools/demo --bin $(COMMAND) --out $(O)/demo-rxe \
 		--transport verbs --only shadow-ma --examples 12000 \
 		--max-rounds-per-s 0.5 $(DEMO_ARGS)
