@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -470,6 +471,14 @@ int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,
 			if (nap < 1000000)
 				nap *= 2;
 			spins = SS_POLL_BATCH - 1; /* check again after a nap */
+		} else {
+			/*
+			 * While spinning, let a thread that shares this core
+			 * (a trainer beside the shadow thread, when cores are
+			 * fewer than threads) run; alone on the core this
+			 * returns at once.
+			 */
+			sched_yield();
 		}
 	}
 }
