@@ -128,3 +128,31 @@ Test(cmd_train, refusals_name_the_option)
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);
 }
+
+/*
+ * A second process given a running rank's address is refused, and the
+ * running rank is left alone (over shm the objects are named after it).
+ */
+Test(cmd_train, a_live_ranks_address_is_refused)
+{
+	char out[8192];
+	int port = 25000 + getpid() % 1000 * 2;
+
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"P=127.0.0.1:%d,127.0.0.1:%d; "
+			"{ %s train --data %s/train.txt " MODEL
+			" --threads 1 --transport shm --peers $P --rank 0 --progress 0 >/dev/null 2>&1 & }; "
+			"R=$!; for i in $(seq 100); do "
+			"[ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && break; sleep 0.05; done; "
+			"%s train --data %s/train.txt " MODEL
+			" --threads 1 --transport shm --peers $P --rank 0 --progress 0 2>&1; "
+			"echo \"second $?\"; kill -0 $R && echo first alive; "
+			"kill $R; wait $R; true",
+			port, port + 1, SS_COMMAND, dir, port, SS_COMMAND, dir),
+		0, "%s", out);
+	cr_assert(strstr(out, "second 1"), "%s", out);
+	cr_assert(strstr(out, "a live process has it"), "%s", out);
+	cr_assert(strstr(out, "another --port"), "%s", out);
+	cr_assert(strstr(out, "first alive"), "%s", out);
+}

@@ -145,10 +145,50 @@ static int ss_shm_map(const char *name, size_t len, int prot, void **ptr)
 	return 0;
 }
 
+static bool ss_shm_alive(const struct ss_shm_ctl *ctl);
+
+/*
+ * Objects are replaced when their owner crashed, never while it lives: a
+ * second process given the same address (another job, a mistyped peer
+ * list) is refused instead of taking a running rank's memory.
+ */
+static int ss_shm_address_free(struct ss_fabric *f)
+{
+	struct ss_shm_ctl *ctl;
+	struct stat st;
+	char name[160];
+	int fd, rc = 0;
+
+	ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
+	fd = shm_open(name, O_RDONLY, 0);
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(*ctl)) {
+		close(fd);
+		return 0; /* a creator that died before sizing it */
+	}
+	ctl = mmap(NULL, sizeof(*ctl), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (ctl == MAP_FAILED)
+		return 0;
+	if (ctl->pid > 0 && ctl->pid != getpid() && ss_shm_alive(ctl))
+		rc = ss_error_set(
+			-EADDRINUSE, "a live process has it",
+			"give each rank its own address (another --port), or stop that process",
+			"rank %d's address '%s' (process %d)", f->opts.rank,
+			f->addrs[f->opts.rank], ctl->pid);
+	munmap(ctl, sizeof(*ctl));
+	return rc;
+}
+
 static int ss_shm_open(struct ss_fabric *f)
 {
-	struct ss_shm *s = calloc(1, sizeof(*s));
+	struct ss_shm *s;
+	int rc = ss_shm_address_free(f);
 
+	if (rc < 0)
+		return rc;
+	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
 	s->peers = calloc((size_t)f->opts.world, sizeof(*s->peers));
