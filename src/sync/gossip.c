@@ -43,7 +43,7 @@ int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res)
 	for (int attempt = 0; attempt < s->world; attempt++) {
 		int p = ss_gossip_peer(s, attempt);
 
-		if (p == s->rank || !ss__alive(s, p))
+		if (p == s->rank || !ss__readable(s, p))
 			continue;
 		s->reads_ok[p] = false;
 		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0,

@@ -152,6 +152,18 @@ static inline bool ss__alive(const struct ss_sync *s, int p)
 	       !ss__got(s, SS_MSG_BARRIER, p);
 }
 
+/*
+ * Whether gossip may read @p's replica: connected, and the process that
+ * came to our last barrier.  Unlike ss__alive(), a peer already in the
+ * next barrier, or whose shadow thread stopped, counts: its replica holds
+ * still, which is the best time to read it.
+ */
+static inline bool ss__readable(const struct ss_sync *s, int p)
+{
+	return ss_fabric_peer_ok(s->fabric, p) &&
+	       s->epoch[p] == ss_fabric_peer_epoch(s->fabric, p);
+}
+
 /* ss__join_wanted() - whether a connected peer asked to join. */
 bool ss__join_wanted(const struct ss_sync *s);
 
