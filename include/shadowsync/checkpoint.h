@@ -28,6 +28,9 @@ extern "C" {
 
 #define SS_CHECKPOINT_VERSION 1
 
+/* What a save appends to PATH for its temporary file (see below). */
+#define SS_CHECKPOINT_TMP_SUFFIX ".tmp"
+
 /*
  * ss_checkpoint_save() - write @n floats of @params with @layout_hash and
  * @examples to @path: the temporary file PATH.tmp, fsync, rename over

@@ -155,7 +155,7 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 		       uint64_t layout_hash, uint64_t examples)
 {
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
-	size_t tmp_len = strlen(path) + 8;
+	size_t tmp_len = strlen(path) + sizeof(SS_CHECKPOINT_TMP_SUFFIX);
 	char *tmp = malloc(tmp_len);
 	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
 	uint64_t h = ss_sum_seed;
@@ -168,7 +168,7 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 	}
 	/* One fixed name per target: a save killed half-way leaves at most
 	 * one stale file, which the next save overwrites. */
-	snprintf(tmp, tmp_len, "%s.tmp", path);
+	snprintf(tmp, tmp_len, "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
 		  0644);
 	if (fd < 0) {

@@ -498,7 +498,7 @@ static const char *ss_checkpoint_path(const struct ss_train_cmd *c,
  * half-written PATH.tmp, then die of the signal as before.  unlink() is
  * async-signal-safe; the path is set before the save and cleared after.
  */
-static char ss_saving_tmp[4096 + 8];
+static char ss_saving_tmp[4096 + sizeof(SS_CHECKPOINT_TMP_SUFFIX)];
 static volatile sig_atomic_t ss_saving;
 
 static void ss_train_on_signal(int sig)
@@ -520,7 +520,8 @@ static int ss_train_save(const struct ss_train_cmd *c, const float *params,
 
 	if (!path)
 		return 0;
-	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp), "%s.tmp", path);
+	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp),
+		 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
 	ss_saving = 1;
 	rc = ss_checkpoint_save(path, params, ss_model_len(&c->model),
 				c->layout_hash, c->resumed + examples);
