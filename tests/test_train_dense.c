@@ -110,3 +110,32 @@ Test(dense, forward_is_w_x_plus_b)
 	ss_dense_forward(&l, X, Y, 1);
 	cr_assert_eq(Y[1], 0, "ReLU clips");
 }
+
+/* The fused SGD pass: the same dx, and exactly one step of -lr times the
+ * gradients that the plain backward pass gives. */
+Test(dense, fused_sgd_step_is_the_plain_step)
+{
+	const float lr = 0.25f;
+	float w0[OUT * IN], b0[OUT], y[BATCH * OUT], dy[BATCH * OUT],
+		dy2[BATCH * OUT], dx[BATCH * IN], dx2[BATCH * IN], dw[OUT * IN],
+		db[OUT], db2[OUT];
+	struct ss_dense l = { IN, OUT, w, b, true };
+
+	for (int i = 0; i < OUT * IN; i++)
+		w0[i] = w[i] = value(5, i);
+	for (int i = 0; i < OUT; i++)
+		b0[i] = b[i] = value(6, i) * 0.1f;
+	for (int i = 0; i < BATCH * IN; i++)
+		x[i] = value(7, i);
+	for (int i = 0; i < BATCH * OUT; i++)
+		dy[i] = dy2[i] = value(8, i);
+	ss_dense_forward(&l, x, y, BATCH);
+	ss_dense_backward(&l, x, y, dy, dx, dw, db, BATCH);
+	ss_dense_backward_sgd(&l, x, y, dy2, dx2, db2, lr, BATCH);
+	for (int i = 0; i < BATCH * IN; i++)
+		cr_assert_float_eq(dx2[i], dx[i], 1e-6, "dx[%d]", i);
+	for (int i = 0; i < OUT * IN; i++)
+		cr_assert_float_eq(w[i], w0[i] - lr * dw[i], 1e-6, "W[%d]", i);
+	for (int i = 0; i < OUT; i++)
+		cr_assert_float_eq(b[i], b0[i] - lr * db[i], 1e-6, "b[%d]", i);
+}

@@ -95,6 +95,16 @@ void ss_dense_backward(const struct ss_dense *layer, const float *x,
 		       float *db, int batch);
 
 /*
+ * ss_dense_backward_sgd() - the same backward pass fused with an SGD step
+ * of learning rate @lr on the layer's weights and biases: @dx is computed
+ * from the weights before the step; no weight gradient is kept; @db (out)
+ * receives the bias gradient.
+ */
+void ss_dense_backward_sgd(const struct ss_dense *layer, const float *x,
+			   const float *y, float *dy, float *dx, float *db,
+			   float lr, int batch);
+
+/*
  * The CTR model, DLRM-shaped: the dense features through a bottom MLP, the
  * 26 categorical values hashed into embedding tables, the pairwise dot
  * products of the bottom output and the embeddings, a top MLP, a sigmoid.

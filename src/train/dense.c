@@ -14,11 +14,12 @@
 #include <string.h>
 
 #include "base/hogwild.h"
+#include "base/wide.h"
 #include "shadowsync/train.h"
 
 /* The weights are read by BLIS, which TSan does not see; the biases here. */
-SS_HOGWILD void ss_dense_forward(const struct ss_dense *l, const float *x,
-				 float *y, int batch)
+SS_WIDE SS_HOGWILD void ss_dense_forward(const struct ss_dense *l,
+					 const float *x, float *y, int batch)
 {
 	/* Y (batch x out) = X (batch x in) W^T + b */
 	for (int r = 0; r < batch; r++)
@@ -31,24 +32,62 @@ SS_HOGWILD void ss_dense_forward(const struct ss_dense *l, const float *x,
 			y[i] = y[i] > 0 ? y[i] : 0;
 }
 
-void ss_dense_backward(const struct ss_dense *l, const float *x, const float *y,
-		       float *dy, float *dx, float *dw, float *db, int batch)
+/* dY through the ReLU: the gradient of what the ReLU zeroed is zero. */
+SS_WIDE static void ss_relu_mask(const struct ss_dense *l, const float *y,
+				 float *dy, int batch)
 {
 	size_t n = (size_t)batch * (size_t)l->out;
 
 	if (l->relu)
 		for (size_t i = 0; i < n; i++)
 			dy[i] = y[i] > 0 ? dy[i] : 0;
-	/* dW (out x in) = dY^T X;  db = column sums of dY */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in,
-		    batch, 1.0f, dy, l->out, x, l->in, 0.0f, dw, l->in);
+}
+
+/* dX (batch x in) = dY W */
+static void ss_input_grad(const struct ss_dense *l, const float *dy, float *dx,
+			  int batch)
+{
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, l->in,
+		    l->out, 1.0f, dy, l->out, l->w, l->in, 0.0f, dx, l->in);
+}
+
+/* db = column sums of dY */
+SS_WIDE static void ss_bias_grad(const struct ss_dense *l, const float *dy,
+				 float *db, int batch)
+{
 	memset(db, 0, (size_t)l->out * sizeof(float));
 	for (int r = 0; r < batch; r++)
 		for (int o = 0; o < l->out; o++)
 			db[o] += dy[(size_t)r * (size_t)l->out + (size_t)o];
-	/* dX (batch x in) = dY W */
+}
+
+void ss_dense_backward(const struct ss_dense *l, const float *x, const float *y,
+		       float *dy, float *dx, float *dw, float *db, int batch)
+{
+	ss_relu_mask(l, y, dy, batch);
+	/* dW (out x in) = dY^T X */
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in,
+		    batch, 1.0f, dy, l->out, x, l->in, 0.0f, dw, l->in);
+	ss_bias_grad(l, dy, db, batch);
 	if (dx)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch,
-			    l->in, l->out, 1.0f, dy, l->out, l->w, l->in, 0.0f,
-			    dx, l->in);
+		ss_input_grad(l, dy, dx, batch);
+}
+
+/*
+ * SGD needs no weight gradient of its own: BLIS adds -lr dY^T X straight
+ * into the weights (beta 1), which saves writing dW and the pass that
+ * applies it.  dX is taken first, from the weights the forward pass used.
+ */
+SS_HOGWILD void ss_dense_backward_sgd(const struct ss_dense *l, const float *x,
+				      const float *y, float *dy, float *dx,
+				      float *db, float lr, int batch)
+{
+	ss_relu_mask(l, y, dy, batch);
+	if (dx)
+		ss_input_grad(l, dy, dx, batch);
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, l->out, l->in,
+		    batch, -lr, dy, l->out, x, l->in, 1.0f, l->w, l->in);
+	ss_bias_grad(l, dy, db, batch);
+	for (int o = 0; o < l->out; o++)
+		l->b[o] -= lr * db[o];
 }

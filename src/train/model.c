@@ -31,6 +31,7 @@
 
 #include "base/hogwild.h"
 #include "base/mix.h"
+#include "base/wide.h"
 #include "shadowsync/train.h"
 
 #define SS_VECS (1 + SS_SPARSE) /* bottom output and the embeddings */
@@ -324,6 +325,118 @@ static void ss_vectors(const struct ss_model_config *c, float *z, float *emb,
 					   (size_t)c->emb_dim;
 }
 
+/*
+ * The interaction's loops, inlined into one copy per common embedding
+ * width (16, the default, and 8): with @D a constant, a vector's floats sit
+ * in registers across a whole loop instead of going through memory.
+ */
+#define SS_INLINE static inline __attribute__((always_inline))
+
+/* The top input @t of one example: z, then the dot product of every pair
+ * of its vectors, for any width @D. */
+static void ss_interact_fwd_any(float *const *vec, float *t, int D)
+{
+	size_t k = (size_t)D;
+
+	for (int i = 0; i < D; i++)
+		t[i] = vec[0][i];
+	for (int a = 1; a < SS_VECS; a++)
+		for (int b = 0; b < a; b++) {
+			float dot = 0;
+
+			for (int i = 0; i < D; i++)
+				dot += vec[a][i] * vec[b][i];
+			t[k++] = dot;
+		}
+}
+
+/*
+ * The same for a constant @D of at most 16.  A dot product at a time would
+ * end each in a horizontal sum; instead the vectors are transposed, so that
+ * vector a's products with all the others build up side by side, one
+ * multiply-add per element of a: the same sums, in the same order.
+ */
+SS_INLINE void ss_interact_fwd(float *const *vec, float *t, int D)
+{
+	enum { PAD = 32 }; /* the 27 vectors, rounded up to whole registers */
+	float vt[16][PAD] = { { 0 } };
+	size_t k = (size_t)D;
+
+	for (int i = 0; i < D; i++)
+		t[i] = vec[0][i];
+	for (int b = 0; b < SS_VECS; b++)
+		for (int i = 0; i < D; i++)
+			vt[i][b] = vec[b][i];
+	for (int a = 1; a < SS_VECS; a++) {
+		float acc[PAD] = { 0 };
+
+		for (int i = 0; i < D; i++)
+			for (int b = 0; b < PAD; b++)
+				acc[b] += vec[a][i] * vt[i][b];
+		for (int b = 0; b < a; b++)
+			t[k++] = acc[b];
+	}
+}
+
+/*
+ * Back through one example's interaction, from @g, the gradient of its top
+ * input: dvec[a] = sum over b != a of g(a, b) vec[b], plus z's own part for
+ * a = 0.  Each output vector is summed in a local chunk (registers, for a
+ * constant @D) and stored once, rather than adding each pair into both of
+ * its vectors in memory.
+ */
+SS_INLINE void ss_interact_bwd(float *const *vec, float *const *dvec,
+			       const float *g, int D)
+{
+	enum { CHUNK = 64 };
+	float pair[SS_VECS][SS_VECS];
+	size_t k = (size_t)D;
+
+	for (int a = 1; a < SS_VECS; a++)
+		for (int b = 0; b < a; b++, k++)
+			pair[a][b] = pair[b][a] = g[k];
+	for (int a = 0; a < SS_VECS; a++)
+		for (int i0 = 0; i0 < D; i0 += CHUNK) {
+			int n = D - i0 < CHUNK ? D - i0 : CHUNK;
+			float acc[CHUNK];
+
+			for (int i = 0; i < n; i++)
+				acc[i] = a == 0 ? g[i0 + i] : 0;
+			for (int b = 0; b < SS_VECS; b++) {
+				const float *v = vec[b] + i0;
+				float s = pair[a][b];
+
+				if (b == a)
+					continue;
+				for (int i = 0; i < n; i++)
+					acc[i] += s * v[i];
+			}
+			for (int i = 0; i < n; i++)
+				dvec[a][i0 + i] = acc[i];
+		}
+}
+
+SS_WIDE static void ss_interact_forward(float *const *vec, float *t, int D)
+{
+	if (D == 16)
+		ss_interact_fwd(vec, t, 16);
+	else if (D == 8)
+		ss_interact_fwd(vec, t, 8);
+	else
+		ss_interact_fwd_any(vec, t, D);
+}
+
+SS_WIDE static void ss_interact_backward(float *const *vec, float *const *dvec,
+					 const float *g, int D)
+{
+	if (D == 16)
+		ss_interact_bwd(vec, dvec, g, 16);
+	else if (D == 8)
+		ss_interact_bwd(vec, dvec, g, 8);
+	else
+		ss_interact_bwd(vec, dvec, g, D);
+}
+
 /* Copy a table row out of the replica, which other trainers write. */
 SS_HOGWILD static void ss_row_read(float *dst, const float *row, int d)
 {
@@ -430,30 +543,33 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 
 		ss_dense_forward(&d, w->in[l], ss_out(c, w, l), n);
 	}
-	/* Interaction: z, then the dot product of every pair of vectors. */
-	for (int r = 0; r < n; r++) {
-		float *vec[SS_VECS], *t = w->in[nb] + (size_t)r * top_in;
-		size_t k = (size_t)D;
-
+	/*
+	 * The batch's rows first, each asked of memory as soon as it is
+	 * known: the tables are far larger than the caches, and the reads
+	 * below then wait for none of them one at a time.
+	 */
+	for (int r = 0; r < n; r++)
 		for (int j = 0; j < SS_SPARSE; j++) {
 			uint32_t row = ss_row(c, j, ex[r].sparse[j]);
 
 			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
+			__builtin_prefetch(ss_table_row(c, tables, j, row));
+		}
+	/* Interaction: z, then the dot product of every pair of vectors. */
+	for (int r = 0; r < n; r++) {
+		float *vec[SS_VECS], *t = w->in[nb] + (size_t)r * top_in;
+
+		for (int j = 0; j < SS_SPARSE; j++) {
+			uint32_t row =
+				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
+
 			ss_row_read(
 				w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
 						 (size_t)D,
 				ss_table_row(c, tables, j, row), D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
-		memcpy(t, vec[0], (size_t)D * sizeof(float));
-		for (int a = 1; a < SS_VECS; a++)
-			for (int b = 0; b < a; b++) {
-				float dot = 0;
-
-				for (int i = 0; i < D; i++)
-					dot += vec[a][i] * vec[b][i];
-				t[k++] = dot;
-			}
+		ss_interact_forward(vec, t, D);
 	}
 	for (int l = nb; l < layers; l++) {
 		struct ss_dense d = ss_layer(c, params, l);
@@ -484,6 +600,11 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 {
 	struct ss_dense d = ss_layer(c, params, l);
 
+	if (o->kind == SS_OPT_SGD) {
+		ss_dense_backward_sgd(&d, w->in[l], ss_out(c, w, l), dy, dx,
+				      w->db, o->lr, n);
+		return;
+	}
 	ss_dense_backward(&d, w->in[l], ss_out(c, w, l), dy, dx, w->dw, w->db,
 			  n);
 	ss_update(d.w, ss_acc(o, params, d.w), w->dw,
@@ -492,10 +613,10 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 }
 
 /*
- * Update the rows of table @j the batch used: the gradients of a row used
- * by several examples are summed into its first use, then applied once
- * (for Adagrad, one step of the row's summed gradient, as for any other
- * parameter).
+ * Update the rows of table @j the batch used.  For Adagrad the gradients
+ * of a row used by several examples are summed into its first use, then
+ * applied once: one step of the row's summed gradient, as for any other
+ * parameter.
  */
 static void ss_table_step(const struct ss_model_config *c, float *params,
 			  struct ss_model_work *w, int j, int n,
@@ -504,6 +625,20 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 	float *tables = params + ss_model_dense_len(c);
 	size_t D = (size_t)c->emb_dim;
 
+	if (o->kind == SS_OPT_SGD) {
+		/* SGD is linear: one step per use adds up to the same. */
+		for (int r = 0; r < n; r++) {
+			uint32_t row =
+				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
+
+			ss_update(ss_table_row(c, tables, j, row), NULL,
+				  w->demb +
+					  ((size_t)r * SS_SPARSE + (size_t)j) *
+						  D,
+				  D, o);
+		}
+		return;
+	}
 	for (int r = 0; r < n; r++)
 		w->keys[r] =
 			(uint64_t)w->rows[(size_t)r * SS_SPARSE + (size_t)j]
@@ -563,21 +698,12 @@ double ss_model_step(const struct ss_model_config *c, float *params,
 		dx = swap;
 	}
 	/* dy: the gradient of the top input; through the interaction. */
-	memset(w->demb, 0, (size_t)n * SS_SPARSE * (size_t)D * sizeof(float));
 	for (int r = 0; r < n; r++) {
-		const float *g = dy + (size_t)r * top_in;
 		float *vec[SS_VECS], *dvec[SS_VECS];
-		size_t k = (size_t)D;
 
 		ss_vectors(c, w->z, w->emb, r, vec);
 		ss_vectors(c, w->dz, w->demb, r, dvec);
-		memcpy(dvec[0], g, (size_t)D * sizeof(float));
-		for (int a = 1; a < SS_VECS; a++)
-			for (int b = 0; b < a; b++, k++)
-				for (int i = 0; i < D; i++) {
-					dvec[a][i] += g[k] * vec[b][i];
-					dvec[b][i] += g[k] * vec[a][i];
-				}
+		ss_interact_backward(vec, dvec, dy + (size_t)r * top_in, D);
 	}
 	memcpy(dy, w->dz, (size_t)n * (size_t)D * sizeof(float));
 	for (int l = nb - 1; l >= 0; l--) {
