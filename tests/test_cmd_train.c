@@ -88,6 +88,8 @@ Test(cmd_train, reaches_near_the_teacher_floor, .timeout = 240)
 		SS_COMMAND, dir, SS_COMMAND, dir, SS_COMMAND, dir, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	ne = cmd_json_number(out, "test_ne");
+	cr_assert(strstr(out, "\"blas\":\""), "the BLIS kernels named: %s",
+		  out);
 	snprintf(cmd, sizeof(cmd), "%s/q-test.txt.teacher.json", dir);
 	f = fopen(cmd, "r");
 	cr_assert_not_null(f);

@@ -104,6 +104,31 @@ void ss_dense_backward_sgd(const struct ss_dense *layer, const float *x,
 			   const float *y, float *dy, float *dx, float *db,
 			   float lr, int batch);
 
+/* What decides the BLIS kernels (blas.c). */
+struct ss_cpu_facts {
+	bool intel, avx512; /* AVX-512 F, DQ, BW and VL, usable */
+	bool env_arch; /* BLIS_ARCH_TYPE set by the user */
+	unsigned int family, model;
+};
+
+/* ss_cpu_facts_read() - this CPU's and this process's facts. */
+void ss_cpu_facts_read(struct ss_cpu_facts *cpu);
+
+/*
+ * ss_blas_wants_skx() - whether to ask BLIS for its AVX-512 kernels, which
+ * BLIS 0.9 takes only on the CPUs it knows; @why says which way and why.
+ */
+bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why);
+
+/*
+ * ss_blas_setup() - choose the BLIS kernels for this process, as
+ * ss_blas_wants_skx() says for this CPU, and initialize BLIS; @note
+ * receives a line for the log.  Returns the kernels' name ("skx").  Call
+ * before any thread starts and before the first BLIS call (a GEMM fixes
+ * the kernels for the process).
+ */
+const char *ss_blas_setup(char *note, size_t size);
+
 /*
  * The CTR model, DLRM-shaped: the dense features through a bottom MLP, the
  * 26 categorical values hashed into embedding tables, the pairwise dot

@@ -138,6 +138,7 @@ struct ss_train_cmd {
 	long save_every;
 	uint64_t layout_hash;
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
+	const char *blas; /* the BLIS kernels' name */
 };
 
 static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
@@ -704,6 +705,12 @@ int ss_cmd_train(int argc, char **argv)
 
 	if (rc == 1)
 		return SS_EXIT_OK;
+	if (rc == 0) {
+		char note[256];
+
+		c.blas = ss_blas_setup(note, sizeof(note));
+		ss_log_info("blas: %s", note);
+	}
 	/* The progress thread's deadlines: immune to wall-clock steps. */
 	pthread_condattr_init(&cond_attr);
 	pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
@@ -839,13 +846,19 @@ int ss_cmd_train(int argc, char **argv)
 		       ",\"skipped\":%" PRIu64
 		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
 		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\","
-		       "\"optimizer\":\"%s\"",
+		       "\"optimizer\":\"%s\",\"blas\":\"%s\"",
 		       c.fabric.rank, c.fabric.world, res.examples, res.skipped,
 		       res.seconds, (double)res.examples / res.seconds,
 		       res.examples ? res.loss_sum / (double)res.examples : 0,
 		       ss_sync_algo_name(c.sync.algo),
 		       c.foreground ? "foreground" : "shadow",
-		       ss_optimizer_name(c.train.optimizer));
+		       ss_optimizer_name(c.train.optimizer), c.blas);
+		/* what BLIS was told, for another run to be given the same */
+		printf(",\"blis_arch_type\":");
+		if (getenv("BLIS_ARCH_TYPE"))
+			ss_json_string(stdout, getenv("BLIS_ARCH_TYPE"));
+		else
+			printf("null");
 		if (c.load)
 			printf(",\"resumed_examples\":%" PRIu64, c.resumed);
 		if (c.test)

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Which BLIS kernels this process's GEMMs run on.
+ *
+ * BLIS 0.9 takes its AVX-512 kernels (skx) only where it can count the
+ * CPU's FMA units, from a table of Skylake and Cascade Lake Xeon names
+ * ("Gold 6148": two units, "Silver 4110": one).  Later Xeons, all with two
+ * units (Ice Lake, Sapphire and Emerald Rapids, ...), are not in it, nor is
+ * a virtual machine's "Intel(R) Xeon(R) Processor"; there BLIS falls back
+ * to its AVX2 kernels (haswell), at half the vector width.  On the
+ * development VM, an Emerald Rapids, the model's GEMMs take 1.7x less time
+ * on skx (docs/perf.md).  So: on an Intel CPU with AVX-512 of a later
+ * generation than those BLIS's table covers, ask for skx, through
+ * BLIS_ARCH_TYPE, before the first BLIS call.  A BLIS_ARCH_TYPE set by the
+ * user is left alone.
+ */
+#include <blis.h>
+#include <cpuid.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadowsync/train.h"
+
+/* Family 6, model 0x55: Skylake-SP and Cascade Lake, BLIS's table. */
+#define SS_SKYLAKE_SP 0x55
+
+bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why)
+{
+	if (cpu->env_arch) {
+		*why = "BLIS_ARCH_TYPE is set";
+		return false;
+	}
+	if (!cpu->intel || !cpu->avx512) {
+		*why = "BLIS's own choice: no Intel AVX-512";
+		return false;
+	}
+	if (cpu->family == 6 && cpu->model == SS_SKYLAKE_SP) {
+		*why = "BLIS's own choice: it counts this generation's FMA units";
+		return false;
+	}
+	*why = "AVX-512 of a generation BLIS 0.9 does not know";
+	return true;
+}
+
+void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
+{
+	unsigned int r[4];
+
+	memset(cpu, 0, sizeof(*cpu));
+	cpu->env_arch = getenv("BLIS_ARCH_TYPE") != NULL;
+	if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3]))
+		cpu->intel = r[1] == 0x756e6547 && r[3] == 0x49656e69 &&
+			     r[2] == 0x6c65746e; /* "GenuineIntel" */
+	if (__get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) {
+		cpu->family = (r[0] >> 8) & 0xf;
+		cpu->model = (r[0] >> 4) & 0xf;
+		if (cpu->family == 6 || cpu->family == 15)
+			cpu->model += ((r[0] >> 16) & 0xf) << 4;
+	}
+	/* What BLIS's skx check asks for (the OS's zmm state included). */
+	__builtin_cpu_init();
+	cpu->avx512 = __builtin_cpu_supports("avx512f") &&
+		      __builtin_cpu_supports("avx512dq") &&
+		      __builtin_cpu_supports("avx512bw") &&
+		      __builtin_cpu_supports("avx512vl");
+}
+
+const char *ss_blas_setup(char *note, size_t size)
+{
+	struct ss_cpu_facts cpu;
+	const char *why;
+	bool skx = false;
+
+	ss_cpu_facts_read(&cpu);
+#ifdef BLIS_CONFIG_SKX /* this BLIS has the kernels */
+	if (ss_blas_wants_skx(&cpu, &why)) {
+		char id[16];
+
+		/* BLIS 0.9 reads a number: its arch enum, not a name. */
+		snprintf(id, sizeof(id), "%d", (int)BLIS_ARCH_SKX);
+		skx = setenv("BLIS_ARCH_TYPE", id, 0) == 0;
+	}
+#else
+	why = "this BLIS was built without its AVX-512 kernels";
+#endif
+	bli_init();
+	snprintf(note, size, "BLIS %s, %s kernels (%s%s)",
+		 bli_info_get_version_str(),
+		 bli_arch_string(bli_arch_query_id()), skx ? "asked for: " : "",
+		 why);
+	return bli_arch_string(bli_arch_query_id());
+}
