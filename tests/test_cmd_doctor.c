@@ -20,7 +20,8 @@ Test(cmd_doctor, reports_the_devices_or_their_absence)
 
 	snprintf(cmd, sizeof(cmd), "%s doctor 2>&1", SS_COMMAND);
 	status = cmd_run(out, sizeof(out), "%s", cmd);
-	cr_assert(strstr(out, "locked memory") && strstr(out, "hugepages"),
+	cr_assert(strstr(out, "locked memory") && strstr(out, "hugepages") &&
+			  strstr(out, "kernels ("),
 		  "%s", out);
 	if (!ss_fabric_verbs_available()) {
 		cr_assert_eq(status, 1, "%s", out);

@@ -2,8 +2,8 @@
 /*
  * shadowsync doctor: a preflight of this machine for RDMA training.  It
  * looks where a failed run would have to be debugged (devices, ports,
- * GIDs, MTU, locked-memory limit, hugepages, NIC locality) and says, for
- * each problem, how to fix it.  Exit status 0: no problem; 1: problems.
+ * GIDs, MTU, locked-memory limit, hugepages, NIC locality, the BLIS
+ * kernels) and says, for each problem, how to fix it.  Exit status 0: no problem; 1: problems.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,8 +27,9 @@ static void ss_doctor_usage(FILE *out)
 		"\n"
 		"Check this machine for RDMA training: verbs devices, port states, GIDs\n"
 		"and their types, active MTU, the locked-memory limit against what a run\n"
-		"would register, hugepages, and where the NIC sits (NUMA node).  Each\n"
-		"problem comes with its fix.  Exit status 0: no problem; 1: problems.\n"
+		"would register, hugepages, where the NIC sits (NUMA node), and the\n"
+		"BLIS kernels training will use.  Each problem comes with its fix.\n"
+		"Exit status 0: no problem; 1: problems.\n"
 		"\n"
 		"  --device NAME     check only this device ($SS_DEVICE)\n"
 		"  --ranks N         size the memlock check for N ranks (default 4)\n"
@@ -414,6 +415,15 @@ static void ss_doctor_hugepages(void)
 		       "use more IOMMU/MTT entries; 'madvise' is enough\n");
 }
 
+/* The matrix kernels train will run on: advice, never a problem. */
+static void ss_doctor_blas(void)
+{
+	char note[256];
+
+	ss_blas_setup(note, sizeof(note));
+	printf("blas\n  %s\n", note);
+}
+
 int ss_cmd_doctor(int argc, char **argv)
 {
 	struct ss_doctor d = { 0 };
@@ -426,6 +436,7 @@ int ss_cmd_doctor(int argc, char **argv)
 	ss_doctor_devices(&d);
 	ss_doctor_memlock(&d);
 	ss_doctor_hugepages();
+	ss_doctor_blas();
 	if (d.problems)
 		printf("\n%d problem%s found; see the fixes above\n",
 		       d.problems, d.problems == 1 ? "" : "s");
