@@ -45,24 +45,29 @@ TestSuite(cmd_checkpoint, .init = setup, .fini = teardown, .timeout = 120);
 	cmd_run(out, size, "cd %s && S=%s && " fmt, dir, SS_COMMAND, \
 		##__VA_ARGS__)
 
-Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
+/* A run over a.txt then a resumed one over b.txt against one over both:
+ * the same parameters to the last bit give the same metrics. */
+static void check_exact_resume(const char *optimizer)
 {
 	char whole[4096], first[4096], resumed[4096];
 
 	cr_assert_eq(run(whole, sizeof(whole),
 			 "$S train --data ab.txt --test test.txt " TRAIN
-			 " --json 2>&1"),
+			 " %s --json 2>&1",
+			 optimizer),
 		     0, "%s", whole);
 	cr_assert_eq(run(first, sizeof(first),
 			 "$S train --data a.txt " TRAIN
-			 " --save m.ckpt --json 2>&1"),
+			 " %s --save m.ckpt --json 2>&1",
+			 optimizer),
 		     0, "%s", first);
 	cr_assert_eq(run(resumed, sizeof(resumed),
 			 "$S train --data b.txt --test test.txt " TRAIN
-			 " --load m.ckpt --save m2.ckpt --json 2>&1"),
+			 " %s --load m.ckpt --save m2.ckpt --json 2>&1",
+			 optimizer),
 		     0, "%s", resumed);
+	cr_assert_not(strstr(resumed, "holds no Adagrad"), "%s", resumed);
 	cr_assert_eq(cmd_json_number(resumed, "resumed_examples"), 6400);
-	/* the same parameters to the last bit give the same metrics */
 	cr_assert_eq(cmd_json_number(whole, "test_ne"),
 		     cmd_json_number(resumed, "test_ne"), "%s\n%s", whole,
 		     resumed);
@@ -71,9 +76,53 @@ Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
 	/* and the second checkpoint counts both runs' examples */
 	cr_assert_eq(run(resumed, sizeof(resumed),
 			 "$S train --data b.txt " TRAIN
-			 " --load m2.ckpt --json 2>&1"),
+			 " %s --load m2.ckpt --json 2>&1",
+			 optimizer),
 		     0, "%s", resumed);
 	cr_assert_eq(cmd_json_number(resumed, "resumed_examples"), 7680);
+}
+
+Test(cmd_checkpoint, resuming_takes_the_same_steps_as_one_run)
+{
+	check_exact_resume("--optimizer sgd");
+}
+
+/* Adagrad's accumulators are in the checkpoint: without them the resumed
+ * run's first steps would be larger and its metrics differ. */
+Test(cmd_checkpoint, adagrad_resumes_with_its_accumulators)
+{
+	char out[4096];
+
+	check_exact_resume("--optimizer adagrad --lr 0.05");
+	/* a checkpoint an SGD run saved has none: said, and training goes on */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data a.txt " TRAIN
+			 " --save s.ckpt 2>&1 && "
+			 "$S train --data b.txt " TRAIN
+			 " --optimizer adagrad --load s.ckpt 2>&1"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "holds no Adagrad accumulators"), "%s", out);
+}
+
+/*
+ * tests/checkpoints/v1-tiny.ckpt was written by the version before
+ * Adagrad's state was kept (commit afe36df, format version 1): `train
+ * --emb-dim 2 --bottom 13-2 --top 2-1 --hash-size 10 --save` after 300
+ * examples.  This build still reads it.
+ */
+Test(cmd_checkpoint, a_version_1_checkpoint_still_loads)
+{
+	char out[4096];
+
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S train --data b.txt --emb-dim 2 --bottom 13-2 "
+		    "--top 2-1 --hash-size 10 --threads 1 --sync none "
+		    "--progress 0 --load %s/tests/checkpoints/v1-tiny.ckpt "
+		    "--json 2>&1",
+		    SS_SOURCE_DIR),
+		0, "%s", out);
+	cr_assert_eq(cmd_json_number(out, "resumed_examples"), 300, "%s", out);
 }
 
 Test(cmd_checkpoint, truncated_corrupted_and_foreign_files_are_refused)

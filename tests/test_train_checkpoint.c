@@ -16,7 +16,7 @@
 
 static char dir[] = "/tmp/ss-ckpt-XXXXXX";
 static char path[128];
-static float *w, *back;
+static float *w, *back, *acc, *back_acc;
 
 static void setup(void)
 {
@@ -25,12 +25,15 @@ static void setup(void)
 	snprintf(path, sizeof(path), "%s/model.ckpt", dir);
 	w = malloc(N * sizeof(float));
 	back = malloc(N * sizeof(float));
-	cr_assert(w && back);
-	for (size_t i = 0; i < N; i++)
+	acc = malloc(N * sizeof(float));
+	back_acc = malloc(N * sizeof(float));
+	cr_assert(w && back && acc && back_acc);
+	for (size_t i = 0; i < N; i++) {
 		w[i] = (float)i * 0.001f - 7.0f;
-	for (size_t i = 0; i < N; i++)
-		back[i] = -1.0f;
-	cr_assert_eq(ss_checkpoint_save(path, w, N, LAYOUT, 123456), 0);
+		acc[i] = (float)(i % 1000) * 0.5f;
+		back[i] = back_acc[i] = -1.0f;
+	}
+	cr_assert_eq(ss_checkpoint_save(path, w, NULL, N, LAYOUT, 123456), 0);
 }
 
 static void teardown(void)
@@ -39,24 +42,29 @@ static void teardown(void)
 
 	free(w);
 	free(back);
+	free(acc);
+	free(back_acc);
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
 }
 
 TestSuite(checkpoint, .init = setup, .fini = teardown);
 
-/* Whether the reload left the replica as it was (all -1). */
+/* Whether the reload left the replica and the state as they were. */
 static bool untouched(void)
 {
 	for (size_t i = 0; i < N; i++)
-		if (back[i] != -1.0f)
+		if (back[i] != -1.0f || back_acc[i] != -1.0f)
 			return false;
 	return true;
 }
 
 static int load(uint64_t *examples)
 {
-	return ss_checkpoint_load(path, back, N, LAYOUT, examples);
+	bool has_state;
+
+	return ss_checkpoint_load(path, back, back_acc, N, LAYOUT, examples,
+				  &has_state);
 }
 
 Test(checkpoint, round_trip_gives_the_same_bits_and_count)
@@ -64,11 +72,59 @@ Test(checkpoint, round_trip_gives_the_same_bits_and_count)
 	uint64_t examples = 0;
 	struct stat st;
 
-	cr_assert_eq(load(&examples), 0, "%s", ss_last_error()->why);
+	bool has_state = true;
+
+	cr_assert_eq(ss_checkpoint_load(path, back, back_acc, N, LAYOUT,
+					&examples, &has_state),
+		     0, "%s", ss_last_error()->why);
 	cr_assert_eq(examples, 123456);
 	cr_assert_eq(memcmp(w, back, N * sizeof(float)), 0);
+	/* saved without state: the caller's state is left alone */
+	cr_assert_not(has_state);
+	for (size_t i = 0; i < N; i++)
+		cr_assert_eq(back_acc[i], -1.0f);
 	cr_assert_eq(stat(path, &st), 0);
 	cr_assert_eq(st.st_size, 64 + (off_t)N * 4);
+}
+
+/* Adagrad's accumulators travel with the parameters, checksummed too. */
+Test(checkpoint, optimizer_state_round_trip)
+{
+	uint64_t examples = 0;
+	bool has_state = false;
+	struct stat st;
+	int fd;
+	unsigned char b;
+
+	cr_assert_eq(ss_checkpoint_save(path, w, acc, N, LAYOUT, 99), 0);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(st.st_size, 64 + 2 * (off_t)N * 4);
+	cr_assert_eq(ss_checkpoint_load(path, back, back_acc, N, LAYOUT,
+					&examples, &has_state),
+		     0, "%s", ss_last_error()->why);
+	cr_assert(has_state);
+	cr_assert_eq(examples, 99);
+	cr_assert_eq(memcmp(w, back, N * sizeof(float)), 0);
+	cr_assert_eq(memcmp(acc, back_acc, N * sizeof(float)), 0);
+	/* a run without state to restore (SGD) takes the parameters only */
+	memset(back, 0, N * sizeof(float));
+	cr_assert_eq(ss_checkpoint_load(path, back, NULL, N, LAYOUT, &examples,
+					&has_state),
+		     0);
+	cr_assert_not(has_state);
+	cr_assert_eq(memcmp(w, back, N * sizeof(float)), 0);
+	/* one flipped bit in the state refuses the file, nothing written */
+	fd = open(path, O_RDWR);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, 64 + 4 * (off_t)N + 4 * 12345), 1);
+	b ^= 0x01;
+	cr_assert_eq(pwrite(fd, &b, 1, 64 + 4 * (off_t)N + 4 * 12345), 1);
+	close(fd);
+	for (size_t i = 0; i < N; i++)
+		back[i] = back_acc[i] = -1.0f;
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "checksum"));
+	cr_assert(untouched());
 }
 
 Test(checkpoint, truncated_file_is_refused_untouched)
@@ -137,14 +193,17 @@ Test(checkpoint, changed_header_count_is_refused)
 Test(checkpoint, other_layout_is_refused_naming_both)
 {
 	uint64_t examples;
+	bool has_state;
 
-	cr_assert_eq(ss_checkpoint_load(path, back, N, LAYOUT + 1, &examples),
+	cr_assert_eq(ss_checkpoint_load(path, back, NULL, N, LAYOUT + 1,
+					&examples, &has_state),
 		     SS_ELAYOUT);
 	cr_assert(strstr(ss_last_error()->what, "00000000001234abcd") ||
 			  strstr(ss_last_error()->what, "000000001234abcd"),
 		  "%s", ss_last_error()->what);
 	cr_assert(strstr(ss_last_error()->hint, "--hash-size"));
-	cr_assert_eq(ss_checkpoint_load(path, back, N - 1, LAYOUT, &examples),
+	cr_assert_eq(ss_checkpoint_load(path, back, NULL, N - 1, LAYOUT,
+					&examples, &has_state),
 		     SS_ELAYOUT);
 	cr_assert(untouched());
 }
@@ -160,8 +219,8 @@ Test(checkpoint, other_file_is_not_a_checkpoint)
 	fclose(f);
 	cr_assert_eq(load(&examples), SS_EPARSE);
 	cr_assert(strstr(ss_last_error()->why, "not a ShadowSync checkpoint"));
-	cr_assert_eq(ss_checkpoint_load("/nonexistent/x", back, N, LAYOUT,
-					&examples),
+	cr_assert_eq(ss_checkpoint_load("/nonexistent/x", back, NULL, N, LAYOUT,
+					&examples, NULL),
 		     -ENOENT);
 }
 
@@ -172,12 +231,12 @@ Test(checkpoint, failed_save_keeps_the_previous_file)
 	uint64_t examples;
 
 	snprintf(nowhere, sizeof(nowhere), "%s/no/such/folder/x", dir);
-	cr_assert_lt(ss_checkpoint_save(nowhere, w, N, LAYOUT, 1), 0);
+	cr_assert_lt(ss_checkpoint_save(nowhere, w, NULL, N, LAYOUT, 1), 0);
 	cr_assert(strstr(ss_last_error()->hint, "folder"));
 	/* a save over a folder fails at the rename */
 	snprintf(nowhere, sizeof(nowhere), "%s/sub", dir);
 	cr_assert_eq(mkdir(nowhere, 0755), 0);
-	cr_assert_lt(ss_checkpoint_save(nowhere, w, N, LAYOUT, 1), 0);
+	cr_assert_lt(ss_checkpoint_save(nowhere, w, NULL, N, LAYOUT, 1), 0);
 	cr_assert_eq(load(&examples), 0);
 	cr_assert_eq(examples, 123456);
 	/* and no temporary file is left behind */

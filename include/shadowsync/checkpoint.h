@@ -1,24 +1,32 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * Checkpoints: a replica's parameters on disk, written atomically and
+ * Checkpoints: a replica's parameters on disk, with the optimizer's own
+ * state where it has one (Adagrad's accumulators), written atomically and
  * refused on reload when they do not belong to the model being trained.
  *
- * File layout (all integers little-endian), 64 bytes of header then the
- * parameters as little-endian IEEE-754 floats:
+ * File layout (all integers little-endian), 64 bytes of header, then the
+ * parameters, then the optimizer state, as little-endian IEEE-754 floats:
  *
  *   0  magic "SSCKPT\0\0"      8 bytes
- *   8  version (1)             u32
+ *   8  version (2)             u32
  *  12  header size (64)        u32
  *  16  layout hash             u64   the caller's hash of the model's sizes
  *  24  parameters              u64   count of floats that follow
  *  32  examples                u64   examples trained on, as the saver counted
- *  40  checksum                u64   xxHash64's round over the parameters'
- *                                    64-bit words, then header bytes 0..39
- *  48  reserved (zero)         16 bytes
+ *  40  checksum                u64   xxHash64's round over the 64-bit words
+ *                                    of the parameters and the state, then
+ *                                    header bytes 0..39, then 48..63
+ *  48  state                   u64   count of state floats after the
+ *                                    parameters: 0, or as many (Adagrad)
+ *  56  reserved (zero)         8 bytes
+ *
+ * Version 1 (before Adagrad's state was kept) is read too: no state, and
+ * the checksum over the parameters, then header bytes 0..39.
  */
 #ifndef SHADOWSYNC_CHECKPOINT_H
 #define SHADOWSYNC_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,32 +34,37 @@
 extern "C" {
 #endif
 
-#define SS_CHECKPOINT_VERSION 1
+#define SS_CHECKPOINT_VERSION 2
 
 /* What a save appends to PATH for its temporary file (see below). */
 #define SS_CHECKPOINT_TMP_SUFFIX ".tmp"
 
 /*
- * ss_checkpoint_save() - write @n floats of @params with @layout_hash and
- * @examples to @path: the temporary file PATH.tmp, fsync, rename over
- * @path, fsync of the folder.  A crash or a failure leaves the
- * previous file at @path whole.  @params may be written by trainers
- * meanwhile (Hogwild): what is saved is one racy snapshot whose checksum
- * matches what was written.  Returns 0 or an error naming the file.
+ * ss_checkpoint_save() - write @n floats of @params, and @n of @state
+ * unless it is NULL, with @layout_hash and @examples to @path: the
+ * temporary file PATH.tmp, fsync, rename over @path, fsync of the folder.
+ * A crash or a failure leaves the previous file at @path whole.  Both
+ * arrays may be written by trainers meanwhile (Hogwild): what is saved is
+ * one racy snapshot whose checksum matches what was written.  Returns 0 or
+ * an error naming the file.
  */
-int ss_checkpoint_save(const char *path, const float *params, size_t n,
-		       uint64_t layout_hash, uint64_t examples);
+int ss_checkpoint_save(const char *path, const float *params,
+		       const float *state, size_t n, uint64_t layout_hash,
+		       uint64_t examples);
 
 /*
  * ss_checkpoint_load() - verify @path (magic, version, layout hash, size,
- * checksum) and only then read its parameters into @params (@n floats).
- * Returns 0 with *@examples set, or SS_ELAYOUT / SS_EPARSE / -errno with a
- * detail saying what differed.  @params is untouched on every failure but
- * one: a file rewritten in place, or a read error, between the check and
- * the copy (reported as such).
+ * checksum) and only then read its parameters into @params (@n floats)
+ * and, when the file has them and @state is not NULL, its @n state floats
+ * into @state.  Returns 0 with *@examples set and *@has_state saying
+ * whether @state was filled, or SS_ELAYOUT / SS_EPARSE / -errno with a
+ * detail saying what differed.  @params and @state are untouched on every
+ * failure but one: a file rewritten in place, or a read error, between
+ * the check and the copy (reported as such).
  */
-int ss_checkpoint_load(const char *path, float *params, size_t n,
-		       uint64_t layout_hash, uint64_t *examples);
+int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
+		       uint64_t layout_hash, uint64_t *examples,
+		       bool *has_state);
 
 #ifdef __cplusplus
 }

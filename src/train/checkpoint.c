@@ -83,6 +83,14 @@ static uint32_t ss_get32(const unsigned char *p)
 	       (uint32_t)p[3] << 24;
 }
 
+/* The checksum's end: the header's bytes but the checksum's own. */
+static uint64_t ss_head_sum(uint64_t h, const unsigned char *head,
+			    uint32_t version)
+{
+	h = ss_sum(h, head, 40);
+	return version == 1 ? h : ss_sum(h, head + 48, SS_CKPT_HEADER - 48);
+}
+
 /* A copy of trainers' memory: racy by design, see checkpoint.h. */
 SS_HOGWILD static void ss_snapshot(float *dst, const float *src, size_t n)
 {
@@ -151,9 +159,11 @@ static int ss_sync_folder(const char *path)
 	return rc;
 }
 
-int ss_checkpoint_save(const char *path, const float *params, size_t n,
-		       uint64_t layout_hash, uint64_t examples)
+int ss_checkpoint_save(const char *path, const float *params,
+		       const float *state, size_t n, uint64_t layout_hash,
+		       uint64_t examples)
 {
+	const float *parts[] = { params, state };
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
 	size_t tmp_len = strlen(path) + sizeof(SS_CHECKPOINT_TMP_SUFFIX);
 	char *tmp = malloc(tmp_len);
@@ -181,20 +191,23 @@ int ss_checkpoint_save(const char *path, const float *params, size_t n,
 	/* The header goes last, once the checksum is known. */
 	if (lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
-	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
-		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
+	for (int part = 0; part < 2 && parts[part]; part++)
+		for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
+			size_t k =
+				n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
 
-		ss_snapshot(chunk, params + at, k);
-		h = ss_sum(h, chunk, k * sizeof(float));
-		rc = ss_write_all(fd, chunk, k * sizeof(float), tmp);
-	}
+			ss_snapshot(chunk, parts[part] + at, k);
+			h = ss_sum(h, chunk, k * sizeof(float));
+			rc = ss_write_all(fd, chunk, k * sizeof(float), tmp);
+		}
 	memcpy(head, SS_CKPT_MAGIC, 8);
 	ss_put32(head + 8, SS_CHECKPOINT_VERSION);
 	ss_put32(head + 12, SS_CKPT_HEADER);
 	ss_put64(head + 16, layout_hash);
 	ss_put64(head + 24, n);
 	ss_put64(head + 32, examples);
-	ss_put64(head + 40, ss_sum(h, head, 40));
+	ss_put64(head + 48, state ? n : 0);
+	ss_put64(head + 40, ss_head_sum(h, head, SS_CHECKPOINT_VERSION));
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
 	if (rc == 0)
@@ -221,24 +234,27 @@ out:
 	return rc;
 }
 
-/* Checks the header against what this run expects. */
+/* Checks the header against what this run expects; *@state: the count
+ * of state floats after the parameters. */
 static int ss_check_header(const char *path, const unsigned char *head,
-			   size_t n, uint64_t layout_hash, off_t file_size)
+			   size_t n, uint64_t layout_hash, off_t file_size,
+			   uint64_t *state)
 {
 	uint64_t count = ss_get64(head + 24);
+	uint32_t version = ss_get32(head + 8);
+	size_t want;
 
 	if (memcmp(head, SS_CKPT_MAGIC, 8))
 		return ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
 				    "give a file written by --save",
 				    "checkpoint '%s'", path);
-	if (ss_get32(head + 8) != SS_CHECKPOINT_VERSION ||
+	if (version < 1 || version > SS_CHECKPOINT_VERSION ||
 	    ss_get32(head + 12) != SS_CKPT_HEADER)
 		return ss_error_set(SS_EPARSE, "unknown checkpoint version",
 				    "load it with the version that wrote it",
 				    "checkpoint '%s' (version %u, this build "
-				    "reads %u)",
-				    path, ss_get32(head + 8),
-				    SS_CHECKPOINT_VERSION);
+				    "reads 1 to %u)",
+				    path, version, SS_CHECKPOINT_VERSION);
 	if (ss_get64(head + 16) != layout_hash || count != n)
 		return ss_error_set(
 			SS_ELAYOUT, "it was saved from another model layout",
@@ -249,26 +265,54 @@ static int ss_check_header(const char *path, const unsigned char *head,
 			path, (unsigned long long)ss_get64(head + 16),
 			(unsigned long long)count,
 			(unsigned long long)layout_hash, n);
-	if (file_size != (off_t)(SS_CKPT_HEADER + n * sizeof(float)))
+	*state = version == 1 ? 0 : ss_get64(head + 48);
+	if (*state != 0 && *state != n)
+		return ss_error_set(SS_EPARSE,
+				    "its optimizer state is neither absent "
+				    "nor one float per parameter",
+				    "use an older checkpoint",
+				    "checkpoint '%s' (%llu state floats, %zu "
+				    "parameters)",
+				    path, (unsigned long long)*state, n);
+	want = SS_CKPT_HEADER + (n + (size_t)*state) * sizeof(float);
+	if (file_size != (off_t)want)
 		return ss_error_set(
 			SS_EPARSE,
-			file_size < (off_t)(SS_CKPT_HEADER +
-					    n * sizeof(float)) ?
+			file_size < (off_t)want ?
 				"the file is truncated" :
-				"the file has bytes past its parameters",
+				"the file has bytes past its end",
 			"it was not written whole; use an older checkpoint",
 			"checkpoint '%s' (%lld bytes, the header says %zu)",
-			path, (long long)file_size,
-			SS_CKPT_HEADER + n * sizeof(float));
+			path, (long long)file_size, want);
 	return 0;
 }
 
-int ss_checkpoint_load(const char *path, float *params, size_t n,
-		       uint64_t layout_hash, uint64_t *examples)
+/* Reads @n floats at the file's offset, into @dst or (NULL) only through
+ * @chunk, and adds them to the checksum @h. */
+static int ss_read_summed(int fd, float *dst, float *chunk, size_t n,
+			  uint64_t *h, const char *path)
+{
+	int rc = 0;
+
+	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
+		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
+		float *to = dst ? dst + at : chunk;
+
+		rc = ss_read_all(fd, to, k * sizeof(float), path);
+		if (rc == 0)
+			*h = ss_sum(*h, to, k * sizeof(float));
+	}
+	return rc;
+}
+
+int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
+		       uint64_t layout_hash, uint64_t *examples,
+		       bool *has_state)
 {
 	unsigned char head[SS_CKPT_HEADER];
 	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
-	uint64_t h = ss_sum_seed;
+	uint64_t h = ss_sum_seed, n_state = 0;
+	uint32_t version;
 	off_t size;
 	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
 
@@ -296,39 +340,45 @@ int ss_checkpoint_load(const char *path, float *params, size_t n,
 	if (rc == 0)
 		rc = ss_read_all(fd, head, sizeof(head), path);
 	if (rc == 0)
-		rc = ss_check_header(path, head, n, layout_hash, size);
-	/* First pass: the checksum, before anything is overwritten. */
-	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
-		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
-
-		rc = ss_read_all(fd, chunk, k * sizeof(float), path);
-		if (rc == 0)
-			h = ss_sum(h, chunk, k * sizeof(float));
-	}
-	if (rc == 0 && ss_sum(h, head, 40) != ss_get64(head + 40))
+		rc = ss_check_header(path, head, n, layout_hash, size,
+				     &n_state);
+	version = rc == 0 ? ss_get32(head + 8) : 0;
+	/* First pass: the checksum, before anything is overwritten (the
+	 * parameters and the state apart: the sum follows the save's
+	 * chunks). */
+	if (rc == 0)
+		rc = ss_read_summed(fd, NULL, chunk, n, &h, path);
+	if (rc == 0)
+		rc = ss_read_summed(fd, NULL, chunk, (size_t)n_state, &h, path);
+	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "its checksum does not match: the file is "
 				  "corrupted",
 				  "use an older checkpoint", "checkpoint '%s'",
 				  path);
 	/*
-	 * Second pass: the parameters themselves, summed again, in case the
-	 * file was rewritten in place between the passes (a rename-based
-	 * writer, like ours, leaves this open file as it was).
+	 * Second pass: the floats themselves, summed again, in case the file
+	 * was rewritten in place between the passes (a rename-based writer,
+	 * like ours, leaves this open file as it was).
 	 */
+	h = ss_sum_seed;
 	if (rc == 0 && lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0)
-		rc = ss_read_all(fd, params, n * sizeof(float), path);
-	if (rc == 0 && ss_sum(ss_sum(ss_sum_seed, params, n * sizeof(float)),
-			      head, 40) != ss_get64(head + 40))
+		rc = ss_read_summed(fd, params, chunk, n, &h, path);
+	if (rc == 0)
+		rc = ss_read_summed(fd, n_state ? state : NULL, chunk,
+				    (size_t)n_state, &h, path);
+	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "it changed while it was being read",
 				  "do not rewrite a checkpoint in place; load "
 				  "it again",
 				  "checkpoint '%s'", path);
-	if (rc == 0)
+	if (rc == 0) {
 		*examples = ss_get64(head + 32);
+		*has_state = n_state && state;
+	}
 	close(fd);
 	free(chunk);
 	return rc;

@@ -66,8 +66,9 @@ static void ss_train_usage(FILE *out)
 		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
 		"  --job-key K            refuse peers of another job ($SS_JOB_KEY; default 1)\n"
 		"checkpoints\n"
-		"  --save PATH            write the model at the end (rank 0; every rank\n"
-		"                         when PATH contains {rank}), atomically\n"
+		"  --save PATH            write the model (and Adagrad's accumulators) at the\n"
+		"                         end (rank 0; every rank when PATH contains {rank}),\n"
+		"                         atomically\n"
 		"  --save-every S         also every S seconds while training\n"
 		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
 		"                         refused when its model layout or checksum differs\n"
@@ -510,7 +511,8 @@ static void ss_train_on_signal(int sig)
 	raise(sig);
 }
 
-/* Saves this rank's replica, if it is the one that saves. */
+/* Saves this rank's replica (and Adagrad's accumulators, when it has
+ * them), if it is the one that saves. */
 static int ss_train_save(const struct ss_train_cmd *c, const float *params,
 			 uint64_t examples)
 {
@@ -524,8 +526,9 @@ static int ss_train_save(const struct ss_train_cmd *c, const float *params,
 	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp),
 		 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
 	ss_saving = 1;
-	rc = ss_checkpoint_save(path, params, ss_model_len(&c->model),
-				c->layout_hash, c->resumed + examples);
+	rc = ss_checkpoint_save(path, params, c->train.adagrad_acc,
+				ss_model_len(&c->model), c->layout_hash,
+				c->resumed + examples);
 	ss_saving = 0;
 	if (rc == 0)
 		ss_log_info("checkpoint: %s (%" PRIu64 " examples)", path,
@@ -758,24 +761,38 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc < 0)
 			goto out;
 	}
+	/* Adagrad's accumulators are kept here, for checkpoints to hold
+	 * them; on the replica's node, zeroed, as ss_train would. */
+	if (c.train.optimizer == SS_OPT_ADAGRAD) {
+		rc = ss_topo_alloc(topo, plan->replica_numa,
+				   len * sizeof(float),
+				   (void **)&c.train.adagrad_acc);
+		if (rc < 0)
+			goto out;
+	}
 	ss_model_init(&c.model, params, (uint64_t)c.seed);
 	if (c.load) {
 		char buf[4096];
 		const char *path =
 			ss_checkpoint_path(&c, c.load, false, buf, sizeof(buf));
 
-		rc = ss_checkpoint_load(path, params, len, c.layout_hash,
-					&c.resumed);
+		bool has_acc = false;
+
+		rc = ss_checkpoint_load(path, params, c.train.adagrad_acc, len,
+					c.layout_hash, &c.resumed, &has_acc);
 		if (rc < 0) {
 			ss_error_prefix("--load");
 			goto out;
 		}
-		ss_log_info("resuming from %s (%" PRIu64 " examples seen)",
-			    path, c.resumed);
-		if (c.train.optimizer == SS_OPT_ADAGRAD)
-			ss_log_warn("--load: a checkpoint holds the parameters "
-				    "only: Adagrad's accumulators start from "
-				    "zero, so the first steps are larger");
+		ss_log_info("resuming from %s (%" PRIu64 " examples seen%s)",
+			    path, c.resumed,
+			    has_acc ? ", Adagrad's accumulators" : "");
+		if (c.train.adagrad_acc && !has_acc)
+			ss_log_warn("--load: '%s' holds no Adagrad "
+				    "accumulators (saved by an SGD run, or an "
+				    "older version): they start from zero, so "
+				    "the first steps are larger",
+				    path);
 	}
 	if (sync) {
 		rc = ss_fabric_connect(fabric);
@@ -903,6 +920,8 @@ out:
 	/* with a sync engine the replica is its memory */
 	if (c.sync.algo == SS_SYNC_NONE && params)
 		ss_topo_free(params, len * sizeof(float));
+	if (c.train.adagrad_acc)
+		ss_topo_free(c.train.adagrad_acc, len * sizeof(float));
 	ss_plan_free(&plan);
 	ss_topo_close(&topo);
 	free(c.addrs);
