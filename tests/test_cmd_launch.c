@@ -41,7 +41,7 @@ Test(cmd_launch, two_ranks_share_the_data_and_sum_up)
 		 SS_COMMAND, port(), dir, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "{\"world\":2,\"transport\":\"shm\",\"failed\":0,"
-			      "\"examples\":6000,"),
+			      "\"restarts\":0,\"examples\":6000,"),
 		  "%s", out);
 	cr_assert(strstr(out, "\"test_ne\":"), "%s", out);
 	/* each rank's own summary, and its share of the data */
@@ -93,6 +93,34 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 	cr_assert(strstr(out, "FAILED"), "%s", out);
 }
 
+/*
+ * The same kill with --restarts 1: launch starts the rank again, it
+ * rejoins the two that kept running (reading a live replica), and the job
+ * succeeds.  Three ranks and 400000 examples keep the others busy long
+ * after the kill.
+ */
+Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
+{
+	char cmd[2048], out[16384];
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
+		"%s launch -n 3 --port %d --restarts 1 --json -- train --data %s/big.txt " MODEL
+		" --threads 1 --progress 0 > %s/out 2>&1 & L=$!; "
+		"for i in $(seq 100); do "
+		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
+		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
+		SS_COMMAND, dir, SS_COMMAND, port() + 6, dir, dir, dir);
+	cmd_run(out, sizeof(out), "%s", cmd);
+	cr_assert(strstr(out, "launch status 0"), "%s", out);
+	cr_assert(strstr(out, "failed (killed by Killed); starting it again "
+			      "(restart 1 of 1)"),
+		  "%s", out);
+	cr_assert(strstr(out, "reseeded its replica from rank"), "%s", out);
+	cr_assert(strstr(out, "\"failed\":0,\"restarts\":1,"), "%s", out);
+}
+
 Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 {
 	static const struct {
@@ -108,6 +136,7 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },
+		{ "-n 2 --restarts -1 -- train --data x", "--restarts" },
 	};
 	char cmd[512], out[4096];
 
@@ -129,7 +158,7 @@ Test(cmd_launch, help_names_every_option)
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--ranks") && strstr(out, "--transport") &&
 			  strstr(out, "--port") && strstr(out, "--timeout") &&
-			  strstr(out, "--json"),
+			  strstr(out, "--restarts") && strstr(out, "--json"),
 		  "%s", out);
 }
 

@@ -37,9 +37,10 @@ static void ss_launch_usage(FILE *out)
 		"\n"
 		"Start N ranks of 'shadowsync train' on this machine, connected to each\n"
 		"other, print their output prefixed by rank and one combined summary.\n"
-		"If a rank fails, or on Ctrl-C, the other ranks are stopped and the exit\n"
-		"status is 1.  launch gives each rank --rank, --peers and --transport,\n"
-		"and a random --job-key unless train's options or SS_JOB_KEY give one.\n"
+		"If a rank fails (past --restarts), or on Ctrl-C, the other ranks are\n"
+		"stopped and the exit status is 1.  launch gives each rank --rank, --peers\n"
+		"and --transport, and a random --job-key unless train's options or\n"
+		"SS_JOB_KEY give one.\n"
 		"\n"
 		"  -n, --ranks N       ranks to start (1 to %d)\n"
 		"  --transport T       shm (default), verbs or auto\n"
@@ -47,6 +48,9 @@ static void ss_launch_usage(FILE *out)
 		"                      over verbs: the RDMA netdev's address)\n"
 		"  --port P            port of rank 0, rank r uses P + r (default: random)\n"
 		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
+		"  --restarts N        start a failed rank again, N times in all (default\n"
+		"                      0); it rejoins the running ranks, takes a live\n"
+		"                      replica, and trains its share of the data again\n"
 		"  --bind B            spread (default): each rank gets its share of this\n"
 		"                      process's CPUs, and plans its threads within it;\n"
 		"                      none: every rank sees every CPU\n"
@@ -65,6 +69,7 @@ struct ss_rank_proc {
 	char *json; /* the rank's JSON summary line */
 	int status; /* wait status, valid once exited */
 	bool exited;
+	int restarts; /* times this rank was started again */
 	double seconds;
 };
 
@@ -73,6 +78,9 @@ struct ss_launch {
 	enum ss_transport transport;
 	const char *host;
 	long port, timeout_s;
+	long restarts; /* --restarts: how many in all */
+	int restarted; /* how many so far */
+	char *peers; /* every rank's address, as --peers */
 	bool json, start_failed, bind;
 	pid_t launcher;
 	uint64_t nonce; /* random: the default port and job key */
@@ -127,6 +135,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		{ "host", required_argument, NULL, 'H' },
 		{ "port", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "restarts", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "bind", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
@@ -170,6 +179,10 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		case 'T':
 			rc = ss_parse_long("--timeout", optarg, 0, 30 * 86400,
 					   &l->timeout_s);
+			break;
+		case 'R':
+			rc = ss_parse_long("--restarts", optarg, 0, 1000,
+					   &l->restarts);
 			break;
 		case 'j':
 			l->json = true;
@@ -314,50 +327,57 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	_exit(127);
 }
 
+/* Starts rank @r (again, after a failure): its pipes, fork, exec. */
+static int ss_launch_spawn(struct ss_launch *l, int r)
+{
+	struct ss_rank_proc *p = &l->ranks[r];
+	int out[2], err[2];
+
+	if (pipe2(out, O_CLOEXEC) < 0)
+		return ss_error_set(-errno, NULL, NULL, "pipe for rank %d", r);
+	if (pipe2(err, O_CLOEXEC) < 0) {
+		close(out[0]);
+		close(out[1]);
+		return ss_error_set(-errno, NULL, NULL, "pipe for rank %d", r);
+	}
+	fflush(NULL);
+	p->pid = fork();
+	if (p->pid == 0)
+		ss_launch_exec(l, r, l->peers, out[1], err[1]);
+	close(out[1]);
+	close(err[1]);
+	p->out_fd = out[0];
+	p->err_fd = err[0];
+	p->exited = false;
+	p->out_len = p->err_len = 0;
+	if (p->pid < 0)
+		return ss_error_set(-errno, NULL, NULL, "fork rank %d", r);
+	return 0;
+}
+
 static int ss_launch_start(struct ss_launch *l)
 {
 	size_t size = (size_t)l->n * (strlen(l->host) + 8);
-	char *peers = malloc(size + 1);
 	int rc = 0;
 
-	if (!peers)
+	l->peers = malloc(size + 1);
+	if (!l->peers)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
 	if (l->bind)
 		rc = ss_launch_cores(l);
-	if (rc < 0) {
-		free(peers);
+	if (rc < 0)
 		return rc;
-	}
 	l->launcher = getpid();
-	peers[0] = '\0';
+	l->peers[0] = '\0';
 	for (int r = 0; r < l->n; r++)
-		snprintf(peers + strlen(peers), size + 1 - strlen(peers),
-			 "%s%s:%ld", r ? "," : "", l->host, l->port + r);
-	for (int r = 0; r < l->n && rc == 0; r++) {
-		struct ss_rank_proc *p = &l->ranks[r];
-		int out[2], err[2];
-
-		if (pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0) {
-			rc = ss_error_set(-errno, NULL, NULL,
-					  "pipe for rank %d", r);
-			break;
-		}
-		fflush(NULL);
-		p->pid = fork();
-		if (p->pid == 0)
-			ss_launch_exec(l, r, peers, out[1], err[1]);
-		close(out[1]);
-		close(err[1]);
-		p->out_fd = out[0];
-		p->err_fd = err[0];
-		if (p->pid < 0)
-			rc = ss_error_set(-errno, NULL, NULL, "fork rank %d",
-					  r);
-	}
+		snprintf(l->peers + strlen(l->peers),
+			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",
+			 l->host, l->port + r);
+	for (int r = 0; r < l->n && rc == 0; r++)
+		rc = ss_launch_spawn(l, r);
 	if (rc == 0)
 		ss_log_info("launched %d ranks over %s, peers %s", l->n,
-			    ss_transport_name(l->transport), peers);
-	free(peers);
+			    ss_transport_name(l->transport), l->peers);
 	return rc;
 }
 
@@ -436,6 +456,39 @@ static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
 }
 
 /*
+ * Starts failed rank @r again if --restarts allows: it finds the others
+ * running and rejoins them (the sync layer's join: it reads a live
+ * replica).  Its last output is passed on first.  Returns whether it runs.
+ */
+static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
+{
+	struct ss_rank_proc *p = &l->ranks[r];
+	int rc;
+
+	if (l->restarted >= l->restarts)
+		return false;
+	while (p->out_fd >= 0)
+		ss_launch_read(l, r, false);
+	while (p->err_fd >= 0)
+		ss_launch_read(l, r, true);
+	free(p->json);
+	p->json = NULL;
+	l->restarted++;
+	p->restarts++;
+	fprintf(stderr,
+		"shadowsync launch: rank %d failed (%s); starting it again "
+		"(restart %d of %ld)\n",
+		r, what, l->restarted, l->restarts);
+	rc = ss_launch_spawn(l, r);
+	if (rc < 0) {
+		ss_error_print(stderr, ss_launch_prog, rc);
+		p->exited = true;
+		return false;
+	}
+	return true;
+}
+
+/*
  * Relays output and reaps ranks until all have exited.  The first failure,
  * a signal or the time limit stops the rest: SIGTERM, then SIGKILL after
  * the grace period.  Returns the number of failed ranks.
@@ -503,8 +556,13 @@ static int ss_launch_wait(struct ss_launch *l)
 				live--;
 				if (!ss_launch_failed(p))
 					break;
-				failed++;
 				ss_launch_describe(p, what, sizeof(what));
+				if (!stopping &&
+				    ss_launch_restart(l, r, what)) {
+					live++;
+					break;
+				}
+				failed++;
 				if (!stopping)
 					fprintf(stderr,
 						"shadowsync launch: rank %d failed (%s); stopping the other ranks\n",
@@ -604,9 +662,9 @@ static void ss_launch_print_json(const struct ss_launch *l, int failed)
 	struct ss_launch_totals t;
 
 	ss_launch_totals(l, &t);
-	printf("{\"world\":%d,\"transport\":\"%s\",\"failed\":%d,\"examples\":%.0f,\"examples_per_s\":%.1f",
-	       l->n, ss_transport_name(l->transport), failed, t.examples,
-	       t.examples_per_s);
+	printf("{\"world\":%d,\"transport\":\"%s\",\"failed\":%d,\"restarts\":%d,\"examples\":%.0f,\"examples_per_s\":%.1f",
+	       l->n, ss_transport_name(l->transport), failed, l->restarted,
+	       t.examples, t.examples_per_s);
 	if (t.with_ne)
 		printf(",\"test_ne\":%.6f", t.ne);
 	if (t.with_sync)
@@ -624,9 +682,13 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 	struct ss_launch_totals t;
 
 	ss_launch_totals(l, &t);
-	printf("launch: %d ranks over %s, %s\n", l->n,
+	printf("launch: %d ranks over %s, %s", l->n,
 	       ss_transport_name(l->transport),
 	       failed ? "FAILED" : "all succeeded");
+	if (l->restarted)
+		printf(" (%d restart%s)", l->restarted,
+		       l->restarted == 1 ? "" : "s");
+	printf("\n");
 	printf("%5s  %-22s %10s %12s %8s %9s %8s\n", "rank", "status",
 	       "examples", "examples/s", "NE", "rounds/s", "gap");
 	for (int r = 0; r < l->n; r++) {
@@ -635,6 +697,10 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 		char what[64];
 
 		ss_launch_describe(p, what, sizeof(what));
+		if (p->restarts)
+			snprintf(what + strlen(what),
+				 sizeof(what) - strlen(what), ", restarted %dx",
+				 p->restarts);
 		printf("%5d  %-22s %10.0f %12.0f %8.4f %9.1f %8.1f\n", r, what,
 		       ss_json_number(j, "examples"),
 		       ss_json_number(j, "examples_per_s"),
@@ -682,5 +748,6 @@ int ss_cmd_launch(int argc, char **argv)
 		free(l.ranks[r].json);
 	free(l.ranks);
 	free(l.cores);
+	free(l.peers);
 	return rc < 0 || failed ? SS_EXIT_FAILURE : SS_EXIT_OK;
 }
