@@ -120,7 +120,11 @@ Test(dense, fused_sgd_step_is_the_plain_step)
 		dy2[BATCH * OUT], dx[BATCH * IN], dx2[BATCH * IN], dw[OUT * IN],
 		db[OUT], db2[OUT];
 	struct ss_dense l = { IN, OUT, w, b, true };
+	char note[256];
 
+	/* on the kernels train runs on (this test's own process) */
+	ss_blas_setup(note, sizeof(note));
+	cr_log_info("%s", note);
 	for (int i = 0; i < OUT * IN; i++)
 		w0[i] = w[i] = value(5, i);
 	for (int i = 0; i < OUT; i++)

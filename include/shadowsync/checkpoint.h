@@ -56,8 +56,8 @@ int ss_checkpoint_save(const char *path, const float *params,
  * ss_checkpoint_load() - verify @path (magic, version, layout hash, size,
  * checksum) and only then read its parameters into @params (@n floats)
  * and, when the file has them and @state is not NULL, its @n state floats
- * into @state.  Returns 0 with *@examples set and *@has_state saying
- * whether @state was filled, or SS_ELAYOUT / SS_EPARSE / -errno with a
+ * into @state.  Returns 0 with *@examples set and *@has_state (unless
+ * NULL) saying whether @state was filled, or SS_ELAYOUT / SS_EPARSE / -errno with a
  * detail saying what differed.  @params and @state are untouched on every
  * failure but one: a file rewritten in place, or a read error, between
  * the check and the copy (reported as such).

@@ -9,7 +9,13 @@
 #ifndef SS_WIDE_H
 #define SS_WIDE_H
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/*
+ * Not under ThreadSanitizer: GCC instruments the clones' resolvers, which
+ * the dynamic loader runs before the TSan runtime is up (a crash at
+ * start-up).
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+	!defined(__SANITIZE_THREAD__)
 #define SS_WIDE         \
 	__attribute__(( \
 		target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))

@@ -16,10 +16,12 @@
  */
 #include <blis.h>
 #include <cpuid.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "shadowsync/base.h"
 #include "shadowsync/train.h"
 
 /* Family 6, model 0x55: Skylake-SP and Cascade Lake, BLIS's table. */
@@ -73,6 +75,19 @@ const char *ss_blas_setup(char *note, size_t size)
 	bool skx = false;
 
 	ss_cpu_facts_read(&cpu);
+	if (cpu.env_arch) {
+		const char *env = getenv("BLIS_ARCH_TYPE");
+		char *end;
+
+		errno = 0;
+		(void)strtol(env, &end, 10);
+		if (end == env || *end || errno)
+			ss_log_warn("BLIS_ARCH_TYPE='%s' is not a number: BLIS "
+				    "0.9 reads it as 0 (skx, which needs "
+				    "AVX-512); give the number from arch_t in "
+				    "blis.h",
+				    env);
+	}
 #ifdef BLIS_CONFIG_SKX /* this BLIS has the kernels */
 	if (ss_blas_wants_skx(&cpu, &why)) {
 		char id[16];

@@ -377,7 +377,8 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 				  "checkpoint '%s'", path);
 	if (rc == 0) {
 		*examples = ss_get64(head + 32);
-		*has_state = n_state && state;
+		if (has_state)
+			*has_state = n_state && state;
 	}
 	close(fd);
 	free(chunk);

@@ -334,7 +334,7 @@ static void ss_vectors(const struct ss_model_config *c, float *z, float *emb,
 
 /* The top input @t of one example: z, then the dot product of every pair
  * of its vectors, for any width @D. */
-static void ss_interact_fwd_any(float *const *vec, float *t, int D)
+SS_INLINE void ss_interact_fwd_any(float *const *vec, float *t, int D)
 {
 	size_t k = (size_t)D;
 
@@ -354,7 +354,8 @@ static void ss_interact_fwd_any(float *const *vec, float *t, int D)
  * The same for a constant @D of at most 16.  A dot product at a time would
  * end each in a horizontal sum; instead the vectors are transposed, so that
  * vector a's products with all the others build up side by side, one
- * multiply-add per element of a: the same sums, in the same order.
+ * multiply-add per element of a: the same sums, in the same order (the
+ * wide clones fuse multiply and add, which may change a last bit).
  */
 SS_INLINE void ss_interact_fwd(float *const *vec, float *t, int D)
 {

@@ -3,7 +3,8 @@
  * shadowsync doctor: a preflight of this machine for RDMA training.  It
  * looks where a failed run would have to be debugged (devices, ports,
  * GIDs, MTU, locked-memory limit, hugepages, NIC locality, the BLIS
- * kernels) and says, for each problem, how to fix it.  Exit status 0: no problem; 1: problems.
+ * kernels) and says, for each problem, how to fix it.  Exit status 0: no
+ * problem; 1: problems.
  */
 #include <arpa/inet.h>
 #include <errno.h>
