@@ -67,23 +67,36 @@ Test(cmd_launch, output_is_prefixed_by_rank)
 }
 
 /*
+ * Runs `launch LAUNCH_ARGS -- train` on 400000 examples and kills its
+ * last-forked rank with SIGKILL half a second after it appears; @out gets
+ * "launch status N" and launch's output.
+ */
+static void launch_and_kill_a_rank(char *out, size_t size, int p,
+				   const char *launch_args)
+{
+	char cmd[2048];
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
+		"%s launch %s --port %d -- train --data %s/big.txt " MODEL
+		" --threads 1 --progress 0 > %s/out 2>&1 & L=$!; "
+		"for i in $(seq 100); do "
+		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
+		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
+		SS_COMMAND, dir, SS_COMMAND, launch_args, p, dir, dir, dir);
+	cmd_run(out, size, "%s", cmd);
+}
+
+/*
  * A rank killed from outside: launch stops the other one (which had far
  * more work left) and exits 1, saying which rank failed.
  */
 Test(cmd_launch, a_failing_rank_stops_the_others)
 {
-	char cmd[2048], out[8192];
+	char out[8192];
 
-	snprintf(
-		cmd, sizeof(cmd),
-		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
-		"%s launch -n 2 --port %d -- train --data %s/big.txt " MODEL
-		" --threads 1 --progress 0 > %s/out 2>&1 & L=$!; "
-		"for i in $(seq 100); do "
-		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
-		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
-		SS_COMMAND, dir, SS_COMMAND, port() + 4, dir, dir, dir);
-	cmd_run(out, sizeof(out), "%s", cmd);
+	launch_and_kill_a_rank(out, sizeof(out), port() + 4, "-n 2");
 	cr_assert(strstr(out, "launch status 1"), "%s", out);
 	/* rank 1, unless process ids wrapped around between the forks */
 	cr_assert(strstr(out,
@@ -101,18 +114,10 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
  */
 Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
 {
-	char cmd[2048], out[16384];
+	char out[16384];
 
-	snprintf(
-		cmd, sizeof(cmd),
-		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
-		"%s launch -n 3 --port %d --restarts 1 --json -- train --data %s/big.txt " MODEL
-		" --threads 1 --progress 0 > %s/out 2>&1 & L=$!; "
-		"for i in $(seq 100); do "
-		"  C=$(pgrep -P $L | sort -n | tail -1); [ -n \"$C\" ] && break; sleep 0.1; "
-		"done; sleep 0.5; kill -KILL $C; wait $L; echo \"launch status $?\"; cat %s/out",
-		SS_COMMAND, dir, SS_COMMAND, port() + 6, dir, dir, dir);
-	cmd_run(out, sizeof(out), "%s", cmd);
+	launch_and_kill_a_rank(out, sizeof(out), port() + 6,
+			       "-n 3 --restarts 1 --json");
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
 	cr_assert(strstr(out, "failed (killed by Killed); starting it again "
 			      "(restart 1 of 1)"),

@@ -51,6 +51,27 @@ static double mean_loss(const struct ss_model_config *c, const float *params,
 	return loss / n;
 }
 
+/*
+ * A model @c seeded with @seed in *@params, and *@after: the same after one
+ * SGD step with lr 1 over @n examples, which moves every parameter by
+ * minus its gradient.
+ */
+static void one_step(const struct ss_model_config *c, uint64_t seed,
+		     struct ss_example *ex, int n, struct ss_model_work **w,
+		     float **params, float **after)
+{
+	size_t len = ss_model_len(c);
+
+	*params = malloc(len * sizeof(float));
+	*after = malloc(len * sizeof(float));
+	cr_assert(*params && *after);
+	ss_model_init(c, *params, seed);
+	examples(ex, n);
+	cr_assert_eq(ss_model_work_create(w, c, n), 0);
+	memcpy(*after, *params, len * sizeof(float));
+	ss_model_sgd_step(c, *after, *w, ex, n, 1.0f);
+}
+
 Test(model, config_checks_and_sizes)
 {
 	struct ss_model_config c;
@@ -86,14 +107,7 @@ Test(model, gradients_match_finite_differences)
 
 	tiny(&c);
 	len = ss_model_len(&c);
-	params = malloc(len * sizeof(float));
-	after = malloc(len * sizeof(float));
-	ss_model_init(&c, params, 3);
-	examples(ex, 4);
-	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
-	/* One SGD step with lr 1 moves every parameter by minus its gradient. */
-	memcpy(after, params, len * sizeof(float));
-	ss_model_sgd_step(&c, after, w, ex, 4, 1.0f);
+	one_step(&c, 3, ex, 4, &w, &params, &after);
 	for (size_t i = 0; i < len; i++) {
 		float keep = params[i];
 		double up, down, numeric,
@@ -164,15 +178,10 @@ static void check_groups(int emb_dim)
 	}
 	cr_assert_eq(start[groups], ss_model_dense_len(&c));
 	end[groups++] = len;
-	params = malloc(len * sizeof(float));
-	after = malloc(len * sizeof(float));
 	moved = malloc(len * sizeof(float));
 	v = malloc(len * sizeof(float));
-	ss_model_init(&c, params, 5);
-	examples(ex, 8);
-	cr_assert_eq(ss_model_work_create(&w, &c, 8), 0);
-	memcpy(after, params, len * sizeof(float));
-	ss_model_sgd_step(&c, after, w, ex, 8, 1.0f);
+	cr_assert(moved && v);
+	one_step(&c, 5, ex, 8, &w, &params, &after);
 	for (int g = 0; g < groups; g++) {
 		double analytic = 0, up, down, numeric;
 
