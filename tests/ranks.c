@@ -64,11 +64,11 @@ int ranks_life;
 int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 	      int timeout_s, int *exits)
 {
-	return ranks_run_restart(world, fn, arg, timeout_s, exits, -1);
+	return ranks_run_restart(world, fn, arg, timeout_s, exits, 0);
 }
 
 int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
-		      int timeout_s, int *exits, int restart)
+		      int timeout_s, int *exits, unsigned int restarts)
 {
 	pid_t pids[RANKS_MAX];
 	uint64_t deadline = ss_deadline_ns((uint64_t)timeout_s * 1000);
@@ -89,22 +89,24 @@ int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
 		return world;
 	}
 	for (int left = world; left > 0;) {
-		int status;
+		int status, who = 0;
 		pid_t pid = waitpid(-1, &status, WNOHANG);
 
-		if (pid > 0 && restart >= 0 && restart < world &&
-		    pid == pids[restart] && WIFSIGNALED(status)) {
+		while (pid > 0 && who < world && pids[who] != pid)
+			who++;
+		if (pid > 0 && who < world && (restarts >> who & 1) &&
+		    WIFSIGNALED(status)) {
 			pid_t again;
 
 			fflush(NULL);
 			again = fork();
 			if (again == 0) {
 				ranks_life = 1;
-				_exit(fn(restart, arg));
+				_exit(fn(who, arg));
 			}
 			if (again > 0) { /* the rank runs on in it */
-				pids[restart] = again;
-				restart = -1; /* once */
+				pids[who] = again;
+				restarts &= ~(1u << who); /* once */
 				continue;
 			}
 		}

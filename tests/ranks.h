@@ -58,12 +58,13 @@ int ranks_run(int world, int (*fn)(int rank, void *arg), void *arg,
 extern int ranks_life;
 
 /*
- * ranks_run_restart() - ranks_run(), and when rank @restart dies of a
- * signal the first time, a new process of it is started (ranks_life 1 in
- * it), as a launcher that restarts a failed rank does.  @exits gets the
- * status of the last process of each rank.
+ * ranks_run_restart() - ranks_run(), and when a rank of the bit mask
+ * @restarts (bit r: rank r) dies of a signal the first time, a new process
+ * of it is started (ranks_life 1 in it), as a launcher that restarts a
+ * failed rank does.  @exits gets the status of the last process of each
+ * rank.
  */
 int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
-		      int timeout_s, int *exits, int restart);
+		      int timeout_s, int *exits, unsigned int restarts);
 
 #endif /* SS_TEST_RANKS_H */

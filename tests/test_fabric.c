@@ -707,3 +707,70 @@ Test(fabric, memlock_limit_too_low_says_how_to_raise_it)
 	ss_fabric_close(&f);
 	cr_assert_null(f);
 }
+
+/*
+ * A rank killed with SIGKILL leaves its shared objects behind, naming its
+ * pid.  When another process later gets that pid (pid_max is often
+ * 32768), the address is still free: the owner is known by its pid and
+ * its start time.  The test hands the dead rank's pid to a new process
+ * through /proc/sys/kernel/ns_last_pid, which needs root.
+ */
+Test(fabric, a_dead_ranks_reused_pid_does_not_hold_its_address, .timeout = 60)
+{
+	char addr[2][64], ctl[128];
+	const char *addrs[2];
+	struct ss_fabric_options o;
+	struct ss_fabric *f;
+	pid_t dead, heir;
+	FILE *last;
+	int rc;
+
+	if (verbs())
+		cr_skip_test("shm objects only");
+	ranks_addrs(2, ranks_port_base(), addr, addrs);
+	ss_fabric_options_init(&o);
+	o.transport = SS_TRANSPORT_SHM;
+	o.world = 2;
+	o.addrs = addrs;
+	o.timeout_ms = 20000;
+	snprintf(ctl, sizeof(ctl), "/dev/shm/ss-%s-ctl", addr[0]);
+	unlink(ctl);
+	/* rank 0 waits for a rank 1 that never comes, and is killed */
+	dead = fork();
+	if (dead == 0) {
+		if (ss_fabric_open(&f, &o) == 0)
+			ss_fabric_connect(f);
+		_exit(1);
+	}
+	for (int i = 0; i < 200 && access(ctl, F_OK) != 0; i++)
+		ss_sleep_ns(10000000);
+	cr_assert_eq(access(ctl, F_OK), 0, "no %s", ctl);
+	kill(dead, SIGKILL);
+	waitpid(dead, NULL, 0);
+	/* start times count in ticks of 10 ms: let one pass, at least */
+	ss_sleep_ns(50000000);
+	last = fopen("/proc/sys/kernel/ns_last_pid", "w");
+	if (!last)
+		cr_skip_test("cannot choose the next pid (not root)");
+	fprintf(last, "%d", (int)dead - 1);
+	if (fclose(last) != 0)
+		cr_skip_test("cannot choose the next pid");
+	heir = fork();
+	if (heir == 0) {
+		pause();
+		_exit(0);
+	}
+	if (heir != dead) {
+		kill(heir, SIGKILL);
+		waitpid(heir, NULL, 0);
+		cr_skip_test("pid %d was taken before the test could reuse it",
+			     (int)dead);
+	}
+	rc = ss_fabric_open(&f, &o);
+	kill(heir, SIGKILL);
+	waitpid(heir, NULL, 0);
+	cr_assert_eq(rc, 0, "%s: %s", ss_last_error()->what,
+		     ss_last_error()->why);
+	ss_fabric_close(&f);
+	unlink(ctl);
+}

@@ -29,7 +29,7 @@ struct job {
 	float (*out)[NPARAMS];
 	struct ss_sync_stats *stats;
 	float (*aux)[NPARAMS]; /* a replica each rank saves on the way */
-	int victim; /* the rank killed and started again */
+	unsigned int victims; /* bit r: rank r is killed and started again */
 	uint64_t key;
 	int port_base;
 	bool bind_numa; /* replica bound to this machine's plan's NUMA node */
@@ -417,7 +417,7 @@ Test(sync, survivors_keep_completing_rounds, .timeout = 180)
 				   "element %d", i);
 }
 
-/* ---- a rank dies, a new process of it rejoins --------------------------- */
+/* ---- ranks die, new processes of them rejoin ------------------------- */
 
 /* What the new process starts with: far from everyone, until reseeded. */
 static float init_rejoin(int rank, int i)
@@ -425,15 +425,21 @@ static float init_rejoin(int rank, int i)
 	return ranks_life ? -100.0f : init_distinct(rank, i);
 }
 
-/* Replicas set by hand for the round with all three back. */
+/* Replicas set by hand for the round with every rank back. */
 static float known(int rank, int i)
 {
 	return 10.0f * (float)(rank + 1) + 0.01f * (float)i;
 }
 
+static bool is_victim(const struct job *job, int rank)
+{
+	return job->victims >> rank & 1;
+}
+
 static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 {
 	float *w = ss_sync_params(s);
+	int n_victims = __builtin_popcount(job->victims);
 	struct ss_sync_stats st;
 	uint64_t deadline;
 
@@ -447,57 +453,62 @@ static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
 	} else {
 		fail_if(ss_sync_round(s), "first round");
-		if (rank == job->victim)
+		if (is_victim(job, rank))
 			raise(SIGKILL);
 		/*
-		 * The survivors train and sync until the new process of the
-		 * victim asks to join: then one ss_sync_round call is the
-		 * barrier that lets it in, and it reseeds from the lowest
+		 * The survivors train and sync until the new processes of the
+		 * victims have asked to join: an ss_sync_round call is the
+		 * barrier that lets one in, and it reseeds from the lowest
 		 * survivor while that one waits there, its replica still.
 		 */
 		deadline = ss_deadline_ns(60000);
 		for (;;) {
 			ss_sync_get_stats(s, &st);
-			if (st.joins > 0)
+			if (st.joins >= (uint64_t)n_victims)
 				break;
 			fail_if(ss_deadline_passed(deadline),
-				"rank %d not back after 60 s (%llu rounds)",
-				job->victim, (unsigned long long)st.rounds);
+				"%d of %d victims back after 60 s (%llu rounds)",
+				(int)st.joins, n_victims,
+				(unsigned long long)st.rounds);
 			for (int i = 0; i < NPARAMS; i++)
 				w[i] += 0.1f * (float)(rank + 1);
 			fail_if(ss_sync_round(s), "round %llu",
 				(unsigned long long)st.rounds);
 			ss_sleep_ns(1000000);
 		}
-		fail_if(st.joins != 1 || st.rounds < 2,
-			"let in %llu, %llu rounds; want 1, at least 2",
+		fail_if(st.joins != (uint64_t)n_victims || st.rounds < 2,
+			"let in %llu, %llu rounds; want %d, at least 2",
 			(unsigned long long)st.joins,
-			(unsigned long long)st.rounds);
+			(unsigned long long)st.rounds, n_victims);
 		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
 	}
-	/* All three contribute again: one round gives the exact mean. */
+	/* All contribute again: one round gives the exact mean. */
 	for (int i = 0; i < NPARAMS; i++)
 		w[i] = known(rank, i);
-	fail_if(ss_sync_round(s), "the round with rank %d back", job->victim);
+	fail_if(ss_sync_round(s), "the round with every rank back");
 	fail_if(ss_sync_barrier(s), "final barrier");
 	return 0;
 }
 
 /*
- * Rank 2 is the connecting side of both its pairs, rank 0 the accepting
- * side (over verbs the survivors then connect to the new process).
+ * Ranks of the bit mask @victims are killed after the first round and
+ * started again.  With one victim: rank 2 is the connecting side of both
+ * its pairs, rank 0 the accepting side (over verbs the survivors then
+ * connect to the new process).
  */
-static void rejoin(int victim)
+static void rejoin(int world, unsigned int victims)
 {
-	struct job job = { .world = 3,
+	struct job job = { .world = world,
 			   .body = body_rejoin,
 			   .init = init_rejoin,
-			   .victim = victim };
-	int exits[3] = { -1, -1, -1 }, h = victim == 0 ? 1 : 0;
+			   .victims = victims };
+	int exits[MAXW], lowest = 0;
 	const char *why = ranks_no_device();
 
 	if (why)
 		cr_skip_test("%s", why);
+	while (victims >> lowest & 1)
+		lowest++; /* the survivor every joiner reseeds from */
 	ss_sync_options_init(&job.opts, SS_SYNC_MA);
 	job.opts.round_timeout_ms = 1000;
 	job.out = mmap(
@@ -508,26 +519,34 @@ static void rejoin(int victim)
 	job.stats = (struct ss_sync_stats *)(job.aux + MAXW);
 	job.key = ((uint64_t)getpid() << 20) ^ ss_now_ns();
 	job.port_base = ranks_port_base();
-	ranks_run_restart(3, sync_rank, &job, 150, exits, victim);
-	for (int r = 0; r < 3; r++)
+	ranks_run_restart(world, sync_rank, &job, 150, exits, victims);
+	for (int r = 0; r < world; r++)
 		cr_assert_eq(exits[r], 0,
 			     "rank %d failed (its message is above)", r);
-	/* Reseeded: rank h's replica as it stood while letting it in. */
-	for (int i = 0; i < NPARAMS; i++)
-		cr_assert_eq(job.aux[victim][i], job.aux[h][i],
-			     "element %d: reseeded %f, rank %d had %f", i,
-			     job.aux[victim][i], h, job.aux[h][i]);
-	for (int r = 0; r < 3; r++)
-		cr_assert_eq(r == victim ? job.stats[r].reseeds :
-					   job.stats[r].joins,
-			     1, "rank %d", r);
-	/* Averaged over all three again. */
-	for (int r = 0; r < 3; r++)
-		for (int i = 0; i < NPARAMS; i++) {
-			double mean = (known(0, i) + known(1, i) +
-				       (double)known(2, i)) /
-				      3;
+	for (int r = 0; r < world; r++) {
+		uint64_t want =
+			is_victim(&job, r) ? 1 : __builtin_popcount(victims);
 
+		cr_assert_eq(is_victim(&job, r) ? job.stats[r].reseeds :
+						  job.stats[r].joins,
+			     want, "rank %d", r);
+	}
+	/* Reseeded from a live replica: with one joiner, exactly the lowest
+	 * survivor's as it stood while letting it in. */
+	for (int r = 0; r < world && __builtin_popcount(victims) == 1; r++)
+		for (int i = 0; i < NPARAMS && is_victim(&job, r); i++)
+			cr_assert_eq(job.aux[r][i], job.aux[lowest][i],
+				     "element %d: reseeded %f, rank %d had %f",
+				     i, job.aux[r][i], lowest,
+				     job.aux[lowest][i]);
+	/* Averaged over every rank again. */
+	for (int r = 0; r < world; r++)
+		for (int i = 0; i < NPARAMS; i++) {
+			double mean = 0;
+
+			for (int k = 0; k < world; k++)
+				mean += known(k, i);
+			mean /= world;
 			cr_assert_float_eq(job.out[r][i], mean, 1e-4,
 					   "rank %d element %d: %f, want %f", r,
 					   i, job.out[r][i], mean);
@@ -536,10 +555,16 @@ static void rejoin(int victim)
 
 Test(sync, restarted_rank_2_rejoins_reseeds_and_counts_again, .timeout = 180)
 {
-	rejoin(2);
+	rejoin(3, 1u << 2);
 }
 
 Test(sync, restarted_rank_0_rejoins_reseeds_and_counts_again, .timeout = 180)
 {
-	rejoin(0);
+	rejoin(3, 1u << 0);
+}
+
+/* Two ranks of four die at once: both come back, in either order. */
+Test(sync, two_ranks_restarted_at_once_both_rejoin, .timeout = 180)
+{
+	rejoin(4, 1u << 1 | 1u << 3);
 }

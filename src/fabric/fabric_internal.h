@@ -122,7 +122,8 @@ size_t ss__page_round(size_t len);
  * once connected.
  */
 #define SS_HELLO_MAGIC 0x5353594eu /* "SSYN" */
-#define SS_HELLO_VERSION 1
+/* 2: the shm control block after the hello holds its owner's start time */
+#define SS_HELLO_VERSION 2
 
 struct ss__hello {
 	uint64_t job_key;

@@ -46,6 +46,9 @@ struct ss_shm_ctl {
 	struct ss__table table; /* big-endian; addresses unused */
 	_Atomic uint32_t state;
 	int32_t pid;
+	/* the owner's start time (/proc/PID/stat): pid and start name one
+	 * process, whatever later reuses the pid; 0 if unknown */
+	uint64_t start;
 	struct ss_shm_ring rings[]; /* one per sending rank */
 };
 
@@ -221,24 +224,65 @@ static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)
 }
 
 /* A process that exited is gone, even while a zombie nobody reaped. */
-static bool ss_shm_alive(const struct ss_shm_ctl *ctl)
+/*
+ * Process @pid's state letter and start time (clock ticks after boot,
+ * field 22 of /proc/PID/stat); false when there is no such process or no
+ * /proc to ask.
+ */
+static bool ss_proc_stat(int32_t pid, char *state, uint64_t *start)
 {
-	char path[64], stat[256];
-	const char *state;
+	char path[64], stat[512];
+	const char *p;
 	ssize_t n;
 	int fd;
 
-	if (kill(ctl->pid, 0) < 0 && errno == ESRCH)
-		return false;
-	snprintf(path, sizeof(path), "/proc/%d/stat", ctl->pid);
-	fd = open(path, O_RDONLY);
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
-		return true; /* no /proc: trust kill() */
+		return false;
 	n = read(fd, stat, sizeof(stat) - 1);
 	close(fd);
 	stat[n > 0 ? n : 0] = '\0';
-	state = strrchr(stat, ')');
-	return !(state && state[1] == ' ' && state[2] == 'Z');
+	/* the name may hold spaces and parentheses: fields follow the last */
+	p = strrchr(stat, ')');
+	if (!p || p[1] != ' ')
+		return false;
+	*state = p[2];
+	*start = 0;
+	/* the space before field k counts k: after ')' comes field 3 */
+	for (int field = 2; *p && field < 22; p++)
+		if (*p == ' ' && ++field == 22)
+			*start = strtoull(p + 1, NULL, 10);
+	return true;
+}
+
+/*
+ * Whether the process that made @ctl still runs: its pid exists, is not a
+ * zombie, and started when the owner did (a pid reused by another process
+ * after the owner died is not the owner: with a pid_max of 32768 that
+ * happens within minutes on a busy machine).
+ */
+static bool ss_shm_alive(const struct ss_shm_ctl *ctl)
+{
+	uint64_t start;
+	char state;
+
+	if (kill(ctl->pid, 0) < 0 && errno == ESRCH)
+		return false;
+	if (!ss_proc_stat(ctl->pid, &state, &start)) {
+		/* gone between the two looks, or no /proc: trust kill() */
+		return access("/proc/self/stat", F_OK) != 0;
+	}
+	return state != 'Z' && (!ctl->start || !start || start == ctl->start);
+}
+
+/* Process @pid's start time, 0 when unknown. */
+static uint64_t ss_proc_start(int32_t pid)
+{
+	uint64_t start;
+	char state;
+
+	return ss_proc_stat(pid, &state, &start) ? start : 0;
 }
 
 /* Map a peer's regions with the rights they grant. */
@@ -349,6 +393,7 @@ static int ss_shm_connect(struct ss_fabric *f)
 	ss__hello_to_wire(&mine, &s->ctl->hello);
 	ss__table_make(f, NULL, &s->ctl->table);
 	s->ctl->pid = (int32_t)getpid();
+	s->ctl->start = ss_proc_start(s->ctl->pid);
 	atomic_store_explicit(&s->ctl->state, SS_SHM_READY,
 			      memory_order_release);
 
