@@ -557,7 +557,9 @@ static int ss_launch_wait(struct ss_launch *l)
 				if (!ss_launch_failed(p))
 					break;
 				ss_launch_describe(p, what, sizeof(what));
-				if (!stopping &&
+				/* not after Ctrl-C: the terminal sent the ranks
+				 * the same signal */
+				if (!stopping && !ss_launch_interrupted &&
 				    ss_launch_restart(l, r, what)) {
 					live++;
 					break;
