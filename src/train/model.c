@@ -208,7 +208,10 @@ struct ss_model_work {
 	float *dz; /* batch x emb_dim */
 	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
 	uint32_t *rows; /* batch x 26 */
-	uint64_t *keys; /* batch: (row << 32 | example) of one table, sorted */
+	/* grouping one table's uses by row: an open-addressing table of
+	 * example indices (-1: empty), and the first use of each row */
+	int32_t *slots, *firsts;
+	size_t slot_mask;
 };
 
 int ss_model_work_create(struct ss_model_work **out,
@@ -250,10 +253,15 @@ int ss_model_work_create(struct ss_model_work **out,
 		w->emb = malloc(nd * SS_SPARSE * sizeof(float));
 		w->demb = malloc(nd * SS_SPARSE * sizeof(float));
 		w->rows = malloc((size_t)batch * SS_SPARSE * sizeof(uint32_t));
-		w->keys = malloc((size_t)batch * sizeof(uint64_t));
+		/* at most half full: short probes */
+		for (w->slot_mask = 1; w->slot_mask < 2 * (size_t)batch;)
+			w->slot_mask <<= 1;
+		w->slots = malloc(w->slot_mask * sizeof(int32_t));
+		w->slot_mask--;
+		w->firsts = malloc((size_t)batch * sizeof(int32_t));
 		ok = w->z && w->dz && w->logits && w->p && w->grad &&
 		     w->grad2 && w->dw && w->db && w->emb && w->demb &&
-		     w->rows && w->keys;
+		     w->rows && w->slots && w->firsts;
 	}
 	if (!ok) {
 		ss_model_work_destroy(&w);
@@ -286,7 +294,8 @@ void ss_model_work_destroy(struct ss_model_work **work)
 	free(w->emb);
 	free(w->demb);
 	free(w->rows);
-	free(w->keys);
+	free(w->slots);
+	free(w->firsts);
 	free(w);
 	*work = NULL;
 }
@@ -521,13 +530,6 @@ static float *ss_acc(const struct ss_optim *o, const float *params,
 	return o->kind == SS_OPT_ADAGRAD ? o->acc + (p - params) : NULL;
 }
 
-static int ss_key_cmp(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 static void ss_forward(const struct ss_model_config *c, float *params,
 		       struct ss_model_work *w, const struct ss_example *ex,
 		       int n)
@@ -625,6 +627,7 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 {
 	float *tables = params + ss_model_dense_len(c);
 	size_t D = (size_t)c->emb_dim;
+	int uses = 0;
 
 	if (o->kind == SS_OPT_SGD) {
 		/* SGD is linear: one step per use adds up to the same. */
@@ -640,30 +643,40 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 		}
 		return;
 	}
-	for (int r = 0; r < n; r++)
-		w->keys[r] =
-			(uint64_t)w->rows[(size_t)r * SS_SPARSE + (size_t)j]
-				<< 32 |
-			(uint64_t)r;
-	qsort(w->keys, (size_t)n, sizeof(*w->keys), ss_key_cmp);
-	for (int k = 0; k < n;) {
-		uint32_t row = (uint32_t)(w->keys[k] >> 32);
-		float *g = w->demb + ((size_t)(uint32_t)w->keys[k] * SS_SPARSE +
-				      (size_t)j) *
-					     D,
-		      *p = ss_table_row(c, tables, j, row);
+	/*
+	 * Group the uses by row, in example order: the first use of a row
+	 * takes the later ones' gradients (found through a small hash table
+	 * of rows, linear probing), then each row takes one step.
+	 */
+	memset(w->slots, 0xff, (w->slot_mask + 1) * sizeof(int32_t));
+	for (int r = 0; r < n; r++) {
+		uint32_t row = w->rows[(size_t)r * SS_SPARSE + (size_t)j];
+		const float *gr =
+			w->demb + ((size_t)r * SS_SPARSE + (size_t)j) * D;
+		size_t h = (size_t)(row * 0x9e3779b1u) & w->slot_mask;
 
-		for (k++; k < n && (uint32_t)(w->keys[k] >> 32) == row; k++) {
-			const float *more =
-				w->demb +
-				((size_t)(uint32_t)w->keys[k] * SS_SPARSE +
-				 (size_t)j) *
-					D;
+		for (;; h = (h + 1) & w->slot_mask) {
+			int32_t f = w->slots[h];
+			float *g;
 
+			if (f < 0) {
+				w->slots[h] = r;
+				w->firsts[uses++] = r;
+				break;
+			}
+			if (w->rows[(size_t)f * SS_SPARSE + (size_t)j] != row)
+				continue;
+			g = w->demb + ((size_t)f * SS_SPARSE + (size_t)j) * D;
 			for (size_t i = 0; i < D; i++)
-				g[i] += more[i];
+				g[i] += gr[i];
+			break;
 		}
-		ss_update(p, ss_acc(o, params, p), g, D, o);
+	}
+	for (int u = 0; u < uses; u++) {
+		size_t at = (size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
+		float *p = ss_table_row(c, tables, j, w->rows[at]);
+
+		ss_update(p, ss_acc(o, params, p), w->demb + at * D, D, o);
 	}
 }
 
