@@ -99,10 +99,11 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 	launch_and_kill_a_rank(out, sizeof(out), port() + 4, "-n 2");
 	cr_assert(strstr(out, "launch status 1"), "%s", out);
 	/* rank 1, unless process ids wrapped around between the forks */
-	cr_assert(strstr(out,
-			 "failed (killed by Killed); stopping the other ranks"),
-		  "%s", out);
-	cr_assert(strstr(out, "killed by Terminated"), "%s", out);
+	cr_assert(
+		strstr(out,
+		       "failed (killed by SIGKILL); stopping the other ranks"),
+		"%s", out);
+	cr_assert(strstr(out, "killed by SIGTERM"), "%s", out);
 	cr_assert(strstr(out, "FAILED"), "%s", out);
 }
 
@@ -119,7 +120,7 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
 	launch_and_kill_a_rank(out, sizeof(out), port() + 6,
 			       "-n 3 --restarts 1 --json");
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
-	cr_assert(strstr(out, "failed (killed by Killed); starting it again "
+	cr_assert(strstr(out, "failed (killed by SIGKILL); starting it again "
 			      "(restart 1 of 1)"),
 		  "%s", out);
 	cr_assert(strstr(out, "reseeded its replica from rank"), "%s", out);

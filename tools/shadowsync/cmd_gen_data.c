@@ -17,7 +17,7 @@ static void ss_gen_usage(FILE *out)
 	fprintf(out,
 		"usage: shadowsync gen-data --out FILE [--examples N] [--seed S] [--ctr P]\n"
 		"                           [--zipf A] [--cardinality K] [--value-scale X]\n"
-		"                           [--pair-scale X] [--json]\n"
+		"                           [--pair-scale X] [--stream K] [--json]\n"
 		"\n"
 		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
 		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"

@@ -449,8 +449,10 @@ static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
 	if (WIFEXITED(p->status))
 		snprintf(buf, size, "exit %d", WEXITSTATUS(p->status));
 	else if (WIFSIGNALED(p->status))
-		snprintf(buf, size, "killed by %s",
-			 strsignal(WTERMSIG(p->status)));
+		snprintf(buf, size, "killed by SIG%s",
+			 sigabbrev_np(WTERMSIG(p->status)) ?
+				 sigabbrev_np(WTERMSIG(p->status)) :
+				 "?");
 	else
 		snprintf(buf, size, "status 0x%x", p->status);
 }
