@@ -15,7 +15,9 @@
  * user is left alone.
  */
 #include <blis.h>
+#if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,10 +49,11 @@ bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why)
 
 void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
 {
-	unsigned int r[4];
-
 	memset(cpu, 0, sizeof(*cpu));
 	cpu->env_arch = getenv("BLIS_ARCH_TYPE") != NULL;
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned int r[4];
+
 	if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3]))
 		cpu->intel = r[1] == 0x756e6547 && r[3] == 0x49656e69 &&
 			     r[2] == 0x6c65746e; /* "GenuineIntel" */
@@ -66,6 +69,7 @@ void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
 		      __builtin_cpu_supports("avx512dq") &&
 		      __builtin_cpu_supports("avx512bw") &&
 		      __builtin_cpu_supports("avx512vl");
+#endif /* elsewhere: no Intel, BLIS's own choice */
 }
 
 const char *ss_blas_setup(char *note, size_t size)
