@@ -150,3 +150,25 @@ Test(options, defaults_and_names)
 	cr_assert(strstr(ss_last_error()->hint, "ma, easgd, bmuf, gossip"),
 		  "%s", ss_last_error()->hint);
 }
+
+/* The fused pass gives the weights of ss__apply and the sums of
+ * ss__distance to the bit, across several of its blocks and a tail. */
+Test(kernels, apply_measured_is_apply_then_distance)
+{
+	enum { M = 3 * 1024 + 37 };
+	static float w1[M], w2[M], avg[M], snap[M];
+	double d1 = 0, n1 = 0, d2 = 0, n2 = 0;
+
+	for (int i = 0; i < M; i++) {
+		w1[i] = w2[i] = v(0, i % 97);
+		avg[i] = v(1, i % 89);
+		snap[i] = v(2, i % 83);
+	}
+	ss__distance(snap, avg, M, &d1, &n1);
+	ss__apply(w1, avg, snap, M);
+	ss__apply_measured(w2, avg, snap, M, &d2, &n2);
+	for (int i = 0; i < M; i++)
+		cr_assert_eq(w2[i], w1[i], "w[%d]", i);
+	cr_assert_eq(d2, d1);
+	cr_assert_eq(n2, n1);
+}

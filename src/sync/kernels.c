@@ -119,6 +119,28 @@ SS_HOGWILD void ss__distance(const float *a, const float *b, size_t n,
 	}
 }
 
+/*
+ * ss__apply() and ss__distance() of the same arrays in one pass: the
+ * distance's samples come from each block while it is in L1, where a pass
+ * of its own read both arrays from memory again only for the statistics.
+ * The same samples, summed in the same order (blocks are a multiple of the
+ * sampling stride).
+ */
+SS_HOGWILD void ss__apply_measured(float *restrict w,
+				   const float *restrict target,
+				   const float *restrict snap, size_t n,
+				   double *diff2, double *norm2)
+{
+	enum { BLOCK = 1024 };
+
+	for (size_t b = 0; b < n; b += BLOCK) {
+		size_t len = n - b < BLOCK ? n - b : BLOCK;
+
+		ss__apply(w + b, target + b, snap + b, len);
+		ss__distance(snap + b, target + b, len, diff2, norm2);
+	}
+}
+
 void ss__bmuf(float *restrict w_g, float *restrict momentum,
 	      float *restrict avg, size_t n, float eta, float zeta,
 	      bool nesterov)

@@ -59,10 +59,15 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 
 	/* Our sends read SNAP and AVG: done before either changes again. */
 	ss__wait_sends(s, deadline);
+	if (s->opts.algo != SS_SYNC_BMUF) {
+		ss__apply_measured(s->w, s->avg, s->snap, s->n, &res->diff2,
+				   &res->norm2);
+		return 0;
+	}
+	/* BMUF turns the average into its step first: measured before */
 	ss__distance(s->snap, s->avg, s->n, &res->diff2, &res->norm2);
-	if (s->opts.algo == SS_SYNC_BMUF)
-		ss__bmuf(s->w_g, s->momentum, s->avg, s->n, (float)s->opts.eta,
-			 (float)s->opts.zeta, s->opts.nesterov);
+	ss__bmuf(s->w_g, s->momentum, s->avg, s->n, (float)s->opts.eta,
+		 (float)s->opts.zeta, s->opts.nesterov);
 	ss__apply(s->w, s->avg, s->snap, s->n);
 	return 0;
 }

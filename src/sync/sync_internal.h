@@ -207,6 +207,9 @@ void ss__copy(float *dst, const float *src, size_t n);
 void ss__average(float *out, const float *own, const float *const *others,
 		 int k, size_t n);
 void ss__apply(float *w, const float *target, const float *snap, size_t n);
+/* ss__apply() and ss__distance(snap, target) in one pass. */
+void ss__apply_measured(float *w, const float *target, const float *snap,
+			size_t n, double *diff2, double *norm2);
 void ss__distance(const float *a, const float *b, size_t n, double *diff2,
 		  double *norm2);
 void ss__bmuf(float *w_g, float *momentum, float *avg, size_t n, float eta,
