@@ -179,6 +179,33 @@ Test(sync, ma_exact_mean_in_one_round_4_ranks, .timeout = 180)
 	ma_exact_mean(4);
 }
 
+/*
+ * With opts.synced (train --sync-tables no: the dense MLPs, the first
+ * floats of the replica), a round averages that prefix and leaves the rest
+ * each rank's own.
+ */
+Test(sync, ma_synchronizes_only_the_prefix_given, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_rounds,
+			   .init = init_distinct,
+			   .rounds = 1 };
+	const size_t synced = NPARAMS / 3 + 1;
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.synced = synced;
+	run(&job);
+	for (int r = 0; r < 3; r++)
+		for (size_t i = 0; i < NPARAMS; i++) {
+			double want =
+				(i < synced ? 1.0 : r) + 0.001 * (double)i;
+
+			cr_assert_float_eq(job.out[r][i], want, 1e-5,
+					   "rank %d element %zu: %f, want %f",
+					   r, i, job.out[r][i], want);
+		}
+}
+
 /* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
 
 static float u(int rank, int round, int i)

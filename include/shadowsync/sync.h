@@ -59,6 +59,12 @@ struct ss_sync_options {
 	double max_bytes_per_s; /* shadow thread cap on bytes sent; 0: none */
 	struct ss_topo *topo; /* with numa: where the replica's memory goes */
 	int numa; /* NUMA node (plan->replica_numa); ignored without topo */
+	/*
+	 * Floats synchronized: the first @synced of the replica (the dense
+	 * MLPs, when the embedding tables stay each rank's own); 0: all.
+	 * Every rank must give the same.
+	 */
+	size_t synced;
 };
 
 /* ss_sync_options_init() - the defaults above, for @algo. */
@@ -75,13 +81,14 @@ struct ss_sync;
 
 /*
  * ss_sync_create() - the replica of @n floats and the buffers the
- * algorithms need, allocated on @fabric (which must not be connected yet).
+ * algorithms need for the @opts->synced of them they synchronize (all when
+ * 0), allocated on @fabric (which must not be connected yet).
  * Parameters are remote-READ only, the inboxes remote-WRITE only.  With
  * @opts->topo, every region is bound to NUMA node @opts->numa (a failure
  * to bind is logged, not fatal).
  *
- * Returns 0; -EINVAL for n == 0 or a connected fabric; -ENOMEM; what
- * ss_fabric_alloc() returns.
+ * Returns 0; -EINVAL for n == 0, @opts->synced > n or a connected fabric;
+ * -ENOMEM; what ss_fabric_alloc() returns.
  */
 int ss_sync_create(struct ss_sync **sync, struct ss_fabric *fabric, size_t n,
 		   const struct ss_sync_options *opts);
@@ -92,7 +99,7 @@ void ss_sync_destroy(struct ss_sync **sync);
 /* ss_sync_params() - the replica: n floats, 64-byte aligned, trainers' to write. */
 float *ss_sync_params(struct ss_sync *sync);
 
-/* ss_sync_len() - n. */
+/* ss_sync_len() - n, the replica's floats (opts.synced of them synced). */
 size_t ss_sync_len(const struct ss_sync *sync);
 
 /*

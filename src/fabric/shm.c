@@ -347,7 +347,7 @@ static int ss_shm_try_peer(struct ss_fabric *f, int p,
 	if (ss__hello_check(mine, &theirs, p, why, sizeof(why)) < 0)
 		return ss_error_set(
 			SS_EHANDSHAKE, why,
-			"start every rank with the same job key, world size and model",
+			"start every rank with the same job key, world size and model (and the same part of it synchronized)",
 			"peer %d (%s) refused", p, f->peers[p].addr);
 	rc = ss_shm_map_regions(f, p);
 	if (rc < 0)

@@ -418,7 +418,7 @@ static void ss_cm_response(struct ss_fabric *f, int p, const void *data,
 			f,
 			ss_error_set(
 				SS_EHANDSHAKE, why,
-				"start every rank with the same job key, world size and model",
+				"start every rank with the same job key, world size and model (and the same part of it synchronized)",
 				"peer %d (%s)", p, f->peers[p].addr));
 		rdma_disconnect(vp->id);
 		vp->state = SS_VP_DOWN;
@@ -456,7 +456,7 @@ static void ss_cm_rejected(struct ss_fabric *f, int p, const void *data,
 				f,
 				ss_error_set(
 					SS_EHANDSHAKE, why,
-					"start every rank with the same job key, world size and model",
+					"start every rank with the same job key, world size and model (and the same part of it synchronized)",
 					"peer %d (%s) refused us", p,
 					f->peers[p].addr));
 			ss_cm_reset(f, p);

@@ -97,7 +97,10 @@ static int ss_sync_alloc(struct ss_sync *s)
 	};
 
 	for (int i = 0; i < SS_R_COUNT; i++) {
-		size_t floats = ss_region_floats(i, s->n, s->world);
+		/* the whole replica; the rest sized for what is synchronized */
+		size_t floats = i == SS_R_PARAMS ?
+					s->len :
+					ss_region_floats(i, s->n, s->world);
 		int rc = ss_fabric_alloc(s->fabric, floats * sizeof(float),
 					 access[i], &s->r[i]);
 
@@ -139,15 +142,22 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	if (n == 0)
 		return ss_error_set(-EINVAL, "no parameters", NULL,
 				    "replica of 0 floats");
+	if (opts->synced > n)
+		return ss_error_set(-EINVAL,
+				    "more floats to synchronize than the "
+				    "replica has",
+				    NULL, "%zu of a replica of %zu floats",
+				    opts->synced, n);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ss_error_set(-ENOMEM, NULL, NULL, "sync");
 	s->fabric = fabric;
 	s->opts = *opts;
-	s->n = n;
+	s->len = n;
+	s->n = opts->synced ? opts->synced : n;
 	s->rank = ss_fabric_rank(fabric);
 	s->world = ss_fabric_world(fabric);
-	s->shard_max = (n + (size_t)s->world - 1) / (size_t)s->world;
+	s->shard_max = (s->n + (size_t)s->world - 1) / (size_t)s->world;
 	pthread_mutex_init(&s->lock, NULL);
 	ss_sync_defaults(s);
 	for (int k = 0; k < SS_MSG_KINDS; k++) {
@@ -171,11 +181,11 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 		goto err;
 	}
 	if (opts->algo == SS_SYNC_BMUF) {
-		s->w_g = calloc(n, sizeof(float));
-		s->momentum = calloc(n, sizeof(float));
+		s->w_g = calloc(s->n, sizeof(float));
+		s->momentum = calloc(s->n, sizeof(float));
 		if (!s->w_g || !s->momentum) {
 			rc = ss_error_set(-ENOMEM, NULL, NULL,
-					  "S-BMUF state of %zu floats", n);
+					  "S-BMUF state of %zu floats", s->n);
 			goto err;
 		}
 	}
@@ -225,7 +235,7 @@ float *ss_sync_params(struct ss_sync *s)
 
 size_t ss_sync_len(const struct ss_sync *s)
 {
-	return s->n;
+	return s->len;
 }
 
 /* ---- messages ----------------------------------------------------------- */

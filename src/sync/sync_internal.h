@@ -50,7 +50,8 @@ enum ss_msg {
 struct ss_sync {
 	struct ss_fabric *fabric;
 	struct ss_sync_options opts;
-	size_t n;
+	size_t n; /* floats synchronized: a prefix of the replica */
+	size_t len; /* floats of the replica */
 	int rank, world;
 	size_t shard_max; /* floats in the largest shard */
 	struct ss_region *r[SS_R_COUNT];

@@ -54,6 +54,8 @@ static void ss_train_usage(FILE *out)
 		"  --sync-every K         foreground: a round every K steps per trainer (10)\n"
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
+		"  --sync-tables yes|no   synchronize the embedding tables too (yes), or\n"
+		"                         the dense MLPs only, the tables each rank's own\n"
 		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
 		"cluster\n"
 		"  --rank R               this rank (default: from srun/mpirun/PMI, else 0)\n"
@@ -104,6 +106,7 @@ enum {
 	OPT_BETA,
 	OPT_MAX_ROUNDS,
 	OPT_ROUND_TIMEOUT,
+	OPT_SYNC_TABLES,
 	OPT_RANK,
 	OPT_PEERS,
 	OPT_TRANSPORT,
@@ -140,6 +143,7 @@ struct ss_train_cmd {
 	uint64_t layout_hash;
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
 	const char *blas; /* the BLIS kernels' name */
+	bool dense_only; /* --sync-tables no */
 };
 
 static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
@@ -168,6 +172,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "zeta", required_argument, NULL, OPT_ZETA },
 		{ "beta", required_argument, NULL, OPT_BETA },
 		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
+		{ "sync-tables", required_argument, NULL, OPT_SYNC_TABLES },
 		{ "round-timeout-ms", required_argument, NULL,
 		  OPT_ROUND_TIMEOUT },
 		{ "rank", required_argument, NULL, OPT_RANK },
@@ -188,6 +193,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ NULL, 0, NULL, 0 },
 	};
 	static const char *const modes[] = { "shadow", "foreground", NULL };
+	static const char *const yes_no[] = { "yes", "no", NULL };
 	const char *key = getenv("SS_JOB_KEY");
 	long v;
 	double d;
@@ -302,6 +308,11 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
 					   3600000, &v);
 			c->sync.round_timeout_ms = (unsigned)v;
+			break;
+		case OPT_SYNC_TABLES:
+			rc = ss_parse_choice("--sync-tables", optarg, yes_no,
+					     &i);
+			c->dense_only = i == 1;
 			break;
 		case OPT_RANK:
 			rc = ss_parse_long("--rank", optarg, 0,
@@ -746,7 +757,11 @@ int ss_cmd_train(int argc, char **argv)
 
 	c.layout_hash = ss_layout_hash(&c.model);
 	if (c.sync.algo != SS_SYNC_NONE) {
-		c.fabric.layout_hash = c.layout_hash;
+		/* ranks that disagree on what is synchronized refuse each
+		 * other at the handshake, as for another model layout */
+		c.sync.synced = c.dense_only ? ss_model_dense_len(&c.model) : 0;
+		c.fabric.layout_hash =
+			c.layout_hash ^ (c.dense_only ? 0x5d : 0);
 		c.sync.topo = topo;
 		c.sync.numa = plan->replica_numa;
 		rc = ss_fabric_open(&fabric, &c.fabric);
@@ -886,9 +901,11 @@ int ss_cmd_train(int argc, char **argv)
 
 			ss_sync_get_stats(sync, &s);
 			printf(",\"rounds\":%" PRIu64
-			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64,
+			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
+			       ",\"synced_floats\":%zu",
 			       s.rounds, s.rounds_per_s, s.sync_gap,
-			       s.peers_left_out);
+			       s.peers_left_out,
+			       c.sync.synced ? c.sync.synced : len);
 		}
 		printf("}\n");
 	} else {
