@@ -281,6 +281,24 @@ Test(metrics, ties_count_half_and_constant_predictor_has_ne_1)
 
 /* ---- the generator ------------------------------------------------------ */
 
+/* The progress lines' running figures: 4 examples, 1 click, loss 0.5. */
+Test(metrics, running_loss_and_ne_for_progress_lines)
+{
+	struct ss_train_progress p = { .examples = 4,
+				       .clicks = 1,
+				       .loss_micro = 2000000 };
+	uint64_t n;
+	double loss, ne, h = -(0.25 * log(0.25) + 0.75 * log(0.75));
+
+	ss_train_progress_read(&p, &n, &loss, &ne);
+	cr_assert_eq(n, 4);
+	cr_assert_float_eq(loss, 0.5, 1e-9);
+	cr_assert_float_eq(ne, 0.5 / h, 1e-9, "NE %f, want %f", ne, 0.5 / h);
+	p = (struct ss_train_progress){ 0 };
+	ss_train_progress_read(&p, &n, &loss, &ne);
+	cr_assert(n == 0 && loss == 0 && ne == 0);
+}
+
 Test(data, generator_is_seeded_and_hits_its_click_rate)
 {
 	struct ss_gen_options o;

@@ -242,6 +242,22 @@ struct ss_topo;
 struct ss_plan;
 struct ss_sync;
 
+/* Running totals of a rank's training, for progress lines. */
+struct ss_train_progress {
+	uint64_t examples;
+	uint64_t clicks; /* examples labelled 1 */
+	uint64_t loss_micro; /* summed log loss, in millionths */
+};
+
+/*
+ * ss_train_progress_read() - a consistent-enough reading of @p (the
+ * trainers add to it without locks): examples, the mean training log loss
+ * and its normalized entropy (against the click rate seen so far); the
+ * two are 0 before the first example.
+ */
+void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
+			    double *loss, double *ne);
+
 /* How to train one rank. */
 struct ss_train_options {
 	int threads; /* Hogwild trainer threads */
@@ -263,8 +279,8 @@ struct ss_train_options {
 	const struct ss_plan *plan;
 	struct ss_sync *sync; /* NULL: no synchronization */
 	int sync_every; /* > 0: foreground rounds every k steps per trainer */
-	/* Optional: examples done so far, added to atomically, for progress */
-	uint64_t *progress;
+	/* Optional: running totals, added to atomically, for progress */
+	struct ss_train_progress *progress;
 };
 
 struct ss_train_result {

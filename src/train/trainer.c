@@ -8,6 +8,7 @@
  * foreground mode they stop every k steps for a round.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,37 @@ struct ss_trainer {
 	int rc;
 	struct ss_error error; /* the detail of rc, from this thread */
 };
+
+/* A batch's share of the running totals (relaxed: progress lines only). */
+static void ss_progress_add(struct ss_train_progress *p,
+			    const struct ss_example *batch, int got,
+			    double loss)
+{
+	uint64_t clicks = 0;
+
+	for (int r = 0; r < got; r++)
+		clicks += batch[r].label > 0.5f;
+	__atomic_fetch_add(&p->clicks, clicks, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&p->loss_micro, (uint64_t)(loss * 1e6 + 0.5),
+			   __ATOMIC_RELAXED);
+	/* last: a reader that sees these examples sees their loss too */
+	__atomic_fetch_add(&p->examples, (uint64_t)got, __ATOMIC_RELEASE);
+}
+
+void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
+			    double *loss, double *ne)
+{
+	uint64_t n = __atomic_load_n(&p->examples, __ATOMIC_ACQUIRE);
+	double clicks = (double)__atomic_load_n(&p->clicks, __ATOMIC_RELAXED);
+	double sum = (double)__atomic_load_n(&p->loss_micro, __ATOMIC_RELAXED);
+	double ctr = n ? clicks / (double)n : 0, h;
+
+	*examples = n;
+	*loss = n ? sum / 1e6 / (double)n : 0;
+	h = ctr > 0 && ctr < 1 ? -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)) :
+				 0;
+	*ne = h > 0 ? *loss / h : 0;
+}
 
 static int ss_trainer_run(struct ss_trainer *t)
 {
@@ -62,13 +94,14 @@ static int ss_trainer_run(struct ss_trainer *t)
 			break;
 		}
 		if (got > 0) {
-			t->loss_sum += ss_model_step(t->config, t->params, work,
-						     batch, got, &t->optim) *
-				       got;
+			double loss = ss_model_step(t->config, t->params, work,
+						    batch, got, &t->optim) *
+				      got;
+
+			t->loss_sum += loss;
 			t->examples += (uint64_t)got;
 			if (o->progress)
-				__atomic_fetch_add(o->progress, (uint64_t)got,
-						   __ATOMIC_RELAXED);
+				ss_progress_add(o->progress, batch, got, loss);
 			steps++;
 			if (o->sync)
 				ss_sync_add_iterations(o->sync, 1);

@@ -551,7 +551,7 @@ struct ss_progress {
 	struct ss_train_cmd *c;
 	struct ss_sync *sync;
 	const float *params;
-	uint64_t examples;
+	struct ss_train_progress totals; /* the trainers add to it */
 	bool stop;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -559,13 +559,15 @@ struct ss_progress {
 
 static void ss_progress_line(struct ss_progress *p, double secs)
 {
-	uint64_t ex = __atomic_load_n(&p->examples, __ATOMIC_RELAXED);
+	uint64_t ex;
+	double loss, ne;
 
+	ss_train_progress_read(&p->totals, &ex, &loss, &ne);
 	fprintf(stderr,
 		"rank %d: %.0f s: %" PRIu64
-		" examples, %.0f/s (%.0f/s per trainer)",
+		" examples, %.0f/s (%.0f/s per trainer); training loss %.4f, NE %.4f",
 		p->c->fabric.rank, secs, ex, (double)ex / secs,
-		(double)ex / secs / p->c->train.threads);
+		(double)ex / secs / p->c->train.threads, loss, ne);
 	if (p->sync) {
 		struct ss_sync_stats st;
 
@@ -616,7 +618,7 @@ static void *ss_progress_main(void *arg)
 		if (now >= next_save) {
 			int rc = ss_train_save(
 				p->c, p->params,
-				__atomic_load_n(&p->examples,
+				__atomic_load_n(&p->totals.examples,
 						__ATOMIC_RELAXED));
 
 			if (rc < 0)
@@ -831,7 +833,7 @@ int ss_cmd_train(int argc, char **argv)
 		      (uint64_t)c.fabric.world;
 	c.train.topo = topo;
 	c.train.plan = plan;
-	c.train.progress = &prog.examples;
+	c.train.progress = &prog.totals;
 	if (!c.foreground)
 		c.train.sync_every = 0; /* the shadow thread does it */
 	prog.c = &c;
