@@ -102,6 +102,9 @@ float *ss_sync_params(struct ss_sync *sync);
 /* ss_sync_len() - n, the replica's floats (opts.synced of them synced). */
 size_t ss_sync_len(const struct ss_sync *sync);
 
+/* ss_sync_synced_len() - the floats the rounds synchronize (a prefix). */
+size_t ss_sync_synced_len(const struct ss_sync *sync);
+
 /*
  * ss_sync_registered_bytes() - memory a replica of @n floats among @world
  * ranks registers with the fabric (what RLIMIT_MEMLOCK must allow).

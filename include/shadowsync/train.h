@@ -323,6 +323,12 @@ struct ss_metrics {
 int ss_metrics_compute(const float *p, const float *y, size_t n,
 		       struct ss_metrics *metrics);
 
+/*
+ * ss_normalized_entropy() - @log_loss over the entropy of a click rate
+ * @ctr; NAN when that entropy is 0 (no clicks, or only clicks).
+ */
+double ss_normalized_entropy(double log_loss, double ctr);
+
 /* The planted teacher of the synthetic data. */
 struct ss_gen_options {
 	uint64_t examples;

@@ -238,6 +238,11 @@ size_t ss_sync_len(const struct ss_sync *s)
 	return s->len;
 }
 
+size_t ss_sync_synced_len(const struct ss_sync *s)
+{
+	return s->n;
+}
+
 /* ---- messages ----------------------------------------------------------- */
 
 void ss__leave_out(struct ss_sync *s, int p, const char *what)

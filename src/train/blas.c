@@ -75,7 +75,7 @@ void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
 const char *ss_blas_setup(char *note, size_t size)
 {
 	struct ss_cpu_facts cpu;
-	const char *why;
+	const char *why, *arch;
 	bool skx = false;
 
 	ss_cpu_facts_read(&cpu);
@@ -104,9 +104,9 @@ const char *ss_blas_setup(char *note, size_t size)
 	why = "this BLIS was built without its AVX-512 kernels";
 #endif
 	bli_init();
+	arch = bli_arch_string(bli_arch_query_id());
 	snprintf(note, size, "BLIS %s, %s kernels (%s%s)",
-		 bli_info_get_version_str(),
-		 bli_arch_string(bli_arch_query_id()), skx ? "asked for: " : "",
+		 bli_info_get_version_str(), arch, skx ? "asked for: " : "",
 		 why);
-	return bli_arch_string(bli_arch_query_id());
+	return arch;
 }

@@ -139,6 +139,23 @@ static int ss_read_all(int fd, void *buf, size_t len, const char *path)
 	return 0;
 }
 
+/* Writes a snapshot of @n floats of @src through @chunk, adding them to
+ * the checksum @h: the mirror of ss_read_summed() below. */
+static int ss_write_summed(int fd, const float *src, float *chunk, size_t n,
+			   uint64_t *h, const char *path)
+{
+	int rc = 0;
+
+	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
+		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
+
+		ss_snapshot(chunk, src + at, k);
+		*h = ss_sum(*h, chunk, k * sizeof(float));
+		rc = ss_write_all(fd, chunk, k * sizeof(float), path);
+	}
+	return rc;
+}
+
 /* The folder's entry for the rename must reach the disk too. */
 static int ss_sync_folder(const char *path)
 {
@@ -191,15 +208,8 @@ int ss_checkpoint_save(const char *path, const float *params,
 	/* The header goes last, once the checksum is known. */
 	if (lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
-	for (int part = 0; part < 2 && parts[part]; part++)
-		for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
-			size_t k =
-				n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
-
-			ss_snapshot(chunk, parts[part] + at, k);
-			h = ss_sum(h, chunk, k * sizeof(float));
-			rc = ss_write_all(fd, chunk, k * sizeof(float), tmp);
-		}
+	for (int part = 0; rc == 0 && part < 2 && parts[part]; part++)
+		rc = ss_write_summed(fd, parts[part], chunk, n, &h, tmp);
 	memcpy(head, SS_CKPT_MAGIC, 8);
 	ss_put32(head + 8, SS_CHECKPOINT_VERSION);
 	ss_put32(head + 12, SS_CKPT_HEADER);

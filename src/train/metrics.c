@@ -45,10 +45,19 @@ static double ss_auc(const float *p, const float *y, size_t n,
 	return (rank_sum - pos * (pos + 1) / 2) / (pos * ((double)n - pos));
 }
 
+double ss_normalized_entropy(double log_loss, double ctr)
+{
+	double h = ctr > 0 && ctr < 1 ?
+			   -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)) :
+			   0;
+
+	return h > 0 ? log_loss / h : NAN;
+}
+
 int ss_metrics_compute(const float *p, const float *y, size_t n,
 		       struct ss_metrics *m)
 {
-	double ll = 0, sum_p = 0, sum_y = 0, h;
+	double ll = 0, sum_p = 0, sum_y = 0;
 	struct ss_scored *sorted;
 
 	if (n == 0)
@@ -67,10 +76,7 @@ int ss_metrics_compute(const float *p, const float *y, size_t n,
 	m->count = n;
 	m->log_loss = ll / (double)n;
 	m->ctr = sum_y / (double)n;
-	h = m->ctr > 0 && m->ctr < 1 ?
-		    -(m->ctr * log(m->ctr) + (1 - m->ctr) * log(1 - m->ctr)) :
-		    0;
-	m->ne = h > 0 ? m->log_loss / h : NAN;
+	m->ne = ss_normalized_entropy(m->log_loss, m->ctr);
 	m->calibration = sum_y > 0 ? sum_p / sum_y : NAN;
 	m->auc = ss_auc(p, y, n, sorted);
 	free(sorted);

@@ -369,7 +369,7 @@ SS_INLINE void ss_interact_fwd_any(float *const *vec, float *t, int D)
 SS_INLINE void ss_interact_fwd(float *const *vec, float *t, int D)
 {
 	enum { PAD = 32 }; /* the 27 vectors, rounded up to whole registers */
-	float vt[16][PAD] = { { 0 } };
+	float vt[16][PAD];
 	size_t k = (size_t)D;
 
 	for (int i = 0; i < D; i++)
@@ -377,6 +377,9 @@ SS_INLINE void ss_interact_fwd(float *const *vec, float *t, int D)
 	for (int b = 0; b < SS_VECS; b++)
 		for (int i = 0; i < D; i++)
 			vt[i][b] = vec[b][i];
+	for (int i = 0; i < D; i++) /* the padding only: the rest is set */
+		for (int b = SS_VECS; b < PAD; b++)
+			vt[i][b] = 0;
 	for (int a = 1; a < SS_VECS; a++) {
 		float acc[PAD] = { 0 };
 

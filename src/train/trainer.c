@@ -52,13 +52,12 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 	uint64_t n = __atomic_load_n(&p->examples, __ATOMIC_ACQUIRE);
 	double clicks = (double)__atomic_load_n(&p->clicks, __ATOMIC_RELAXED);
 	double sum = (double)__atomic_load_n(&p->loss_micro, __ATOMIC_RELAXED);
-	double ctr = n ? clicks / (double)n : 0, h;
+	double ne_now;
 
 	*examples = n;
 	*loss = n ? sum / 1e6 / (double)n : 0;
-	h = ctr > 0 && ctr < 1 ? -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)) :
-				 0;
-	*ne = h > 0 ? *loss / h : 0;
+	ne_now = n ? ss_normalized_entropy(*loss, clicks / (double)n) : NAN;
+	*ne = isnan(ne_now) ? 0 : ne_now;
 }
 
 static int ss_trainer_run(struct ss_trainer *t)

@@ -446,15 +446,25 @@ static bool ss_launch_failed(const struct ss_rank_proc *p)
 static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
 			       size_t size)
 {
+	const char *sig = WIFSIGNALED(p->status) ?
+				  sigabbrev_np(WTERMSIG(p->status)) :
+				  NULL;
+
 	if (WIFEXITED(p->status))
 		snprintf(buf, size, "exit %d", WEXITSTATUS(p->status));
 	else if (WIFSIGNALED(p->status))
-		snprintf(buf, size, "killed by SIG%s",
-			 sigabbrev_np(WTERMSIG(p->status)) ?
-				 sigabbrev_np(WTERMSIG(p->status)) :
-				 "?");
+		snprintf(buf, size, "killed by SIG%s", sig ? sig : "?");
 	else
 		snprintf(buf, size, "status 0x%x", p->status);
+}
+
+/* Passes on what rank @r wrote before it exited, to the end of its pipes. */
+static void ss_launch_drain(struct ss_launch *l, int r)
+{
+	while (l->ranks[r].out_fd >= 0)
+		ss_launch_read(l, r, false);
+	while (l->ranks[r].err_fd >= 0)
+		ss_launch_read(l, r, true);
 }
 
 /*
@@ -469,10 +479,7 @@ static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 
 	if (l->restarted >= l->restarts)
 		return false;
-	while (p->out_fd >= 0)
-		ss_launch_read(l, r, false);
-	while (p->err_fd >= 0)
-		ss_launch_read(l, r, true);
+	ss_launch_drain(l, r);
 	free(p->json);
 	p->json = NULL;
 	l->restarted++;
@@ -596,12 +603,8 @@ static int ss_launch_wait(struct ss_launch *l)
 		}
 	}
 	/* Output written just before exiting. */
-	for (int r = 0; r < l->n; r++) {
-		while (l->ranks[r].out_fd >= 0)
-			ss_launch_read(l, r, false);
-		while (l->ranks[r].err_fd >= 0)
-			ss_launch_read(l, r, true);
-	}
+	for (int r = 0; r < l->n; r++)
+		ss_launch_drain(l, r);
 	if (ss_launch_interrupted || stop_at)
 		for (int r = 0; r < l->n; r++)
 			if (!ss_launch_failed(&l->ranks[r]) &&

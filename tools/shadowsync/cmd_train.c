@@ -763,7 +763,8 @@ int ss_cmd_train(int argc, char **argv)
 		 * other at the handshake, as for another model layout */
 		c.sync.synced = c.dense_only ? ss_model_dense_len(&c.model) : 0;
 		c.fabric.layout_hash =
-			c.layout_hash ^ (c.dense_only ? 0x5d : 0);
+			c.layout_hash ^
+			(uint64_t)c.sync.synced * 0x9e3779b97f4a7c15ull;
 		c.sync.topo = topo;
 		c.sync.numa = plan->replica_numa;
 		rc = ss_fabric_open(&fabric, &c.fabric);
@@ -792,7 +793,6 @@ int ss_cmd_train(int argc, char **argv)
 		char buf[4096];
 		const char *path =
 			ss_checkpoint_path(&c, c.load, false, buf, sizeof(buf));
-
 		bool has_acc = false;
 
 		rc = ss_checkpoint_load(path, params, c.train.adagrad_acc, len,
@@ -906,8 +906,7 @@ int ss_cmd_train(int argc, char **argv)
 			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
 			       ",\"synced_floats\":%zu",
 			       s.rounds, s.rounds_per_s, s.sync_gap,
-			       s.peers_left_out,
-			       c.sync.synced ? c.sync.synced : len);
+			       s.peers_left_out, ss_sync_synced_len(sync));
 		}
 		printf("}\n");
 	} else {
