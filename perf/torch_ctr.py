@@ -204,6 +204,38 @@ def collect(procs, out, kind, timeout=1800):
     return got
 
 
+def held_out(model, path, hash_size, batch=4096):
+    """NE, AUC and calibration of @model on the file at @path, defined as
+    src/train/metrics.c defines them (log loss over the entropy of the
+    file's click rate; mean prediction over click rate; AUC by ranks, ties
+    sharing their mean rank)."""
+    label, dense, rows = load(path, hash_size)
+    with torch.no_grad():
+        p = torch.cat([torch.sigmoid(model(dense[b:b + batch],
+                                           rows[b:b + batch]))
+                       for b in range(0, label.shape[0], batch)])
+    p, y = p.double().numpy(), label.double().numpy()
+    q = np.clip(p, 1e-7, 1 - 1e-7)
+    ll = -np.mean(np.where(y > 0, np.log(q), np.log(1 - q)))
+    ctr = y.mean()
+    h = -(ctr * np.log(ctr) + (1 - ctr) * np.log(1 - ctr))
+    order = np.argsort(p, kind="stable")
+    ps, ys = p[order], y[order]
+    ranks = np.empty(len(p))
+    i = 0
+    while i < len(ps):  # tied scores share their mean rank
+        j = i
+        while j < len(ps) and ps[j] == ps[i]:
+            j += 1
+        ranks[i:j] = (i + 1 + j) / 2
+        i = j
+    pos = ys.sum()
+    auc = (np.sum(ranks * ys) - pos * (pos + 1) / 2) / (pos * (len(y) - pos))
+    return {"test_ne": round(float(ll / h), 6),
+            "test_auc": round(float(auc), 6),
+            "test_calibration": round(float(p.sum() / y.sum()), 6)}
+
+
 def blas_library():
     """Which BLAS torch's GEMMs run on here (Debian's libblas.so.3
     alternative), read from this process's mappings."""
@@ -234,6 +266,8 @@ def main():
     p.add_argument("--top", default="512-256-1")
     p.add_argument("--hash-size", type=int, default=100000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--test", help="held-out Criteo-format file: NE, AUC "
+                   "and calibration at the end, as shadowsync train's")
     p.add_argument("--no-pin", dest="pin", action="store_false",
                    help="do not pin process i to core i (shadowsync pins "
                    "its trainers)")
@@ -290,7 +324,9 @@ def main():
     # CPU time of the training loops alone, all processes: immune to
     # other work sharing the cores, which wall time is not
     cpu = sum(r[3] for r in results)
+    quality = held_out(model, args.test, args.hash_size) if args.test else {}
     print(json.dumps({
+        **quality,
         "examples": examples,
         "threads": args.threads,
         "seconds": round(seconds, 3),

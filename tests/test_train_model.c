@@ -274,6 +274,50 @@ Test(model, adagrad_step_matches_its_closed_form)
 	free(acc);
 }
 
+/*
+ * A short batch (the end of a trainer's share of the data) weighs each of
+ * its examples as a full batch does: 1 example through a work made for 4
+ * at lr 1 moves the parameters as that example alone at lr 1/4.  Before,
+ * it took the full step of a batch of 4 from its one label, and such
+ * steps at the end of every trainer's share wrecked trained models.
+ */
+Test(model, a_short_batch_takes_a_short_step)
+{
+	struct ss_model_config c;
+	struct ss_model_work *w4, *w1;
+	struct ss_example ex[1];
+	float *params, *short_step, *alone;
+	size_t len;
+	int moved = 0;
+
+	tiny(&c);
+	len = ss_model_len(&c);
+	params = malloc(len * sizeof(float));
+	short_step = malloc(len * sizeof(float));
+	alone = malloc(len * sizeof(float));
+	cr_assert(params && short_step && alone);
+	ss_model_init(&c, params, 9);
+	examples(ex, 1);
+	cr_assert_eq(ss_model_work_create(&w4, &c, 4), 0);
+	cr_assert_eq(ss_model_work_create(&w1, &c, 1), 0);
+	memcpy(short_step, params, len * sizeof(float));
+	memcpy(alone, params, len * sizeof(float));
+	ss_model_sgd_step(&c, short_step, w4, ex, 1, 1.0f);
+	ss_model_sgd_step(&c, alone, w1, ex, 1, 0.25f);
+	for (size_t i = 0; i < len; i++) {
+		cr_assert_float_eq(short_step[i], alone[i], 1e-6,
+				   "param %zu: %g, want %g", i, short_step[i],
+				   alone[i]);
+		moved += short_step[i] != params[i];
+	}
+	cr_assert_gt(moved, 10, "only %d of %zu moved", moved, len);
+	ss_model_work_destroy(&w4);
+	ss_model_work_destroy(&w1);
+	free(params);
+	free(short_step);
+	free(alone);
+}
+
 Test(model, learns_better_than_the_constant_predictor, .timeout = 120)
 {
 	struct ss_model_config c;

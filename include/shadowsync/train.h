@@ -191,8 +191,8 @@ void ss_model_predict(const struct ss_model_config *config, const float *params,
 
 /*
  * ss_model_sgd_step() - forward, backward and an SGD update of @params in
- * place (lock-free: Hogwild), on the mean log loss of @n examples.  Only the
- * table rows the batch uses are touched.  Returns that mean log loss.
+ * place (lock-free: Hogwild), as ss_model_step() with SGD at @lr.  Returns
+ * the mean log loss of the @n examples.
  */
 double ss_model_sgd_step(const struct ss_model_config *config, float *params,
 			 struct ss_model_work *work,
@@ -229,9 +229,12 @@ struct ss_optim {
 
 /*
  * ss_model_step() - forward, backward and an update of @params in place
- * by @opt (lock-free: Hogwild), on the mean log loss of @n examples.  Only
- * the table rows the batch uses (and their accumulators) are touched.
- * Returns that mean log loss.
+ * by @opt (lock-free: Hogwild), on the log loss of @n examples (at most the
+ * batch @work was made for) summed and divided by that batch size: a full
+ * batch steps on its mean loss, and a short one (the end of a trainer's
+ * share) takes a step n / batch as long, so that every example weighs the
+ * same.  Only the table rows the batch uses (and their accumulators) are
+ * touched.  Returns the mean log loss of the @n examples.
  */
 double ss_model_step(const struct ss_model_config *config, float *params,
 		     struct ss_model_work *work,

@@ -702,11 +702,20 @@ double ss_model_step(const struct ss_model_config *c, float *params,
 	double loss = 0;
 
 	ss_forward(c, params, w, ex, n);
+	/*
+	 * The gradient of the summed loss over the full batch size, not the
+	 * mean over @n: every example weighs lr / batch, so the short batch
+	 * that ends each trainer's share takes a short step.  Divided by @n,
+	 * a last batch of one example took a step of full size on that one
+	 * label; with T trainers T such steps ended every pass, and one of
+	 * them could drag the mean prediction of a trained model from the
+	 * click rate to a tenth of it (docs/perf.md, "Hogwild quality").
+	 */
 	for (int r = 0; r < n; r++) {
 		double q = fmin(fmax(w->p[r], 1e-7), 1 - 1e-7);
 
 		loss -= ex[r].label ? log(q) : log(1 - q);
-		dy[r] = (w->p[r] - ex[r].label) / (float)n; /* d mean BCE */
+		dy[r] = (w->p[r] - ex[r].label) / (float)w->batch;
 	}
 	for (int l = layers - 1; l >= nb; l--) {
 		ss_layer_step(c, params, w, l, dy, dx, n, o);
