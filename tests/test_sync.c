@@ -254,6 +254,55 @@ Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
 	}
 }
 
+/*
+ * A partial round: rank 2 sits out round 1, which ranks 0 and 1 run
+ * without it (it waits in a barrier meanwhile), then all three meet
+ * in a barrier and run round 2.  w_g, which every rank must hold equal,
+ * is held once, by each shard's owner, so all three end on the same
+ * replica.  When every rank kept a w_g of its own, ranks 0 and 1 each
+ * stepped shard 2 from their own replica in round 1 and ended apart.
+ */
+static int body_bmuf_partial(struct ss_sync *s, int rank, struct job *job)
+{
+	float *w = ss_sync_params(s);
+
+	for (int round = 0; round < 3; round++) {
+		if (round == 1 && rank == 2)
+			continue;
+		for (int i = 0; i < NPARAMS; i++)
+			w[i] += u(rank, round, i);
+		fail_if(ss_sync_round(s), "round %d", round);
+		if (round == 1 || (round == 0 && rank == 2))
+			fail_if(ss_sync_barrier(s), "barrier after round %d",
+				round);
+	}
+	(void)job;
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, bmuf_ranks_agree_after_a_partial_round, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_bmuf_partial,
+			   .init = init_same };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
+	job.opts.round_timeout_ms = 500;
+	run(&job);
+	for (int r = 1; r < 3; r++)
+		for (int i = 0; i < NPARAMS; i++)
+			cr_assert_eq(job.out[r][i], job.out[0][i],
+				     "rank %d element %d: %f, rank 0 %f", r, i,
+				     job.out[r][i], job.out[0][i]);
+	cr_assert_gt(fabs(job.out[0][0] - init_same(0, 0)), 0.01,
+		     "the replicas did not move");
+	cr_assert_eq(job.stats[2].rounds + 1, job.stats[0].rounds,
+		     "rank 2 ran %llu rounds, rank 0 %llu",
+		     (unsigned long long)job.stats[2].rounds,
+		     (unsigned long long)job.stats[0].rounds);
+}
+
 /* ---- S-EASGD and gossip: consensus within a tolerance -------------------- */
 
 Test(sync, easgd_reaches_consensus, .timeout = 180)

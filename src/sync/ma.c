@@ -7,9 +7,12 @@
  * rank applies w += avg - snapshot, keeping what its trainers did during the
  * round.  Traffic per rank and round: 2 (N-1)/N n floats.
  *
- * S-BMUF is this round with a block-momentum step between the average and
- * the apply: G = avg - w_g, D = eta D + zeta G, w_g += D, target w_g (or
- * w_g + eta D with Nesterov), then w += target - snapshot.
+ * S-BMUF is this round with a block-momentum step on each owner between
+ * its average and the all-gather: G = avg - w_g, D = eta D + zeta G,
+ * w_g += D, and the target w_g (or w_g + eta D with Nesterov) goes to
+ * every rank instead of the average; then w += target - snapshot.  The
+ * owner holds w_g and D of its shard, the only copy, so every rank applies
+ * the same target whichever contributions arrived.
  */
 #include "sync_internal.h"
 
@@ -39,8 +42,12 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 		if (p != s->rank && ss__got(s, SS_MSG_MA_PART, p))
 			parts[k++] = s->inbox + ss__slot(s, parity, p);
 	ss__average(s->avg + own, s->snap + own, parts, k, own_len);
+	if (s->opts.algo == SS_SYNC_BMUF) /* the average becomes its target */
+		ss__bmuf(s->w_g, s->momentum, s->avg + own, own_len,
+			 (float)s->opts.eta, (float)s->opts.zeta,
+			 s->opts.nesterov);
 
-	/* 3. The average of our shard to every rank. */
+	/* 3. The average (S-BMUF: target) of our shard to every rank. */
 	for (int p = 0; p < s->world; p++) {
 		if (p == s->rank || !ss__alive(s, p))
 			continue;
@@ -59,15 +66,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 
 	/* Our sends read SNAP and AVG: done before either changes again. */
 	ss__wait_sends(s, deadline);
-	if (s->opts.algo != SS_SYNC_BMUF) {
-		ss__apply_measured(s->w, s->avg, s->snap, s->n, &res->diff2,
-				   &res->norm2);
-		return 0;
-	}
-	/* BMUF turns the average into its step first: measured before */
-	ss__distance(s->snap, s->avg, s->n, &res->diff2, &res->norm2);
-	ss__bmuf(s->w_g, s->momentum, s->avg, s->n, (float)s->opts.eta,
-		 (float)s->opts.zeta, s->opts.nesterov);
-	ss__apply(s->w, s->avg, s->snap, s->n);
+	ss__apply_measured(s->w, s->avg, s->snap, s->n, &res->diff2,
+			   &res->norm2);
 	return 0;
 }

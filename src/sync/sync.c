@@ -180,12 +180,13 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
 		goto err;
 	}
-	if (opts->algo == SS_SYNC_BMUF) {
-		s->w_g = calloc(s->n, sizeof(float));
-		s->momentum = calloc(s->n, sizeof(float));
+	if (opts->algo == SS_SYNC_BMUF) { /* of our shard only */
+		s->w_g = calloc(s->shard_max, sizeof(float));
+		s->momentum = calloc(s->shard_max, sizeof(float));
 		if (!s->w_g || !s->momentum) {
 			rc = ss_error_set(-ENOMEM, NULL, NULL,
-					  "S-BMUF state of %zu floats", s->n);
+					  "S-BMUF state of %zu floats",
+					  s->shard_max);
 			goto err;
 		}
 	}
@@ -462,14 +463,19 @@ void ss__stop_peers(struct ss_sync *s)
 	ss__wait_sends(s, deadline);
 }
 
-/* The S-EASGD center and the S-BMUF global model start from the replica. */
+/*
+ * Our shard of the S-EASGD center and of the S-BMUF global model start
+ * from the replica.
+ */
 static void ss_sync_state_from_replica(struct ss_sync *s)
 {
-	ss__copy(s->center, s->w + ss__shard_off(s, s->rank),
-		 ss__shard_len(s, s->rank));
+	size_t own = ss__shard_off(s, s->rank),
+	       own_len = ss__shard_len(s, s->rank);
+
+	ss__copy(s->center, s->w + own, own_len);
 	if (s->w_g) {
-		ss__copy(s->w_g, s->w, s->n);
-		memset(s->momentum, 0, s->n * sizeof(float));
+		ss__copy(s->w_g, s->w + own, own_len);
+		memset(s->momentum, 0, own_len * sizeof(float));
 	}
 }
 

@@ -56,7 +56,10 @@ struct ss_sync {
 	size_t shard_max; /* floats in the largest shard */
 	struct ss_region *r[SS_R_COUNT];
 	float *w, *inbox, *avg, *center, *snap;
-	float *w_g, *momentum; /* S-BMUF global model and block momentum */
+	/* S-BMUF global model and block momentum, of our shard: one copy of
+	 * each shard's, at its owner, so that no partial round can make the
+	 * ranks' copies differ */
+	float *w_g, *momentum;
 
 	/*
 	 * The round of the last message of each kind from each peer, which
