@@ -229,29 +229,46 @@ static int body_bmuf(struct ss_sync *s, int rank, struct job *job)
 	return 0;
 }
 
-Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
+/*
+ * Every round's block progress G is the mean of the ranks' moves from the
+ * target they started from; the replicas end on the last target, w_g
+ * (Nesterov: w_g + eta D).
+ */
+static void bmuf_recurrence(bool nesterov)
 {
 	struct job job = { .world = 3, .body = body_bmuf, .init = init_same };
 	const double eta = 1.0 - 1.0 / 3, zeta = 1.0;
 
 	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
+	job.opts.nesterov = nesterov;
 	run(&job);
 	for (int i = 0; i < NPARAMS; i++) {
-		double w_g = 0.001 * i, d = 0;
+		double w_g = 0.001 * i, d = 0, target;
 
 		for (int round = 0; round < 2; round++) {
-			double g = 0; /* avg - w_g = the mean of the moves */
+			double g = 0;
 
 			for (int r = 0; r < 3; r++)
 				g += u(r, round, i) / 3.0;
 			d = eta * d + zeta * g;
 			w_g += d;
 		}
+		target = nesterov ? w_g + eta * d : w_g;
 		for (int r = 0; r < 3; r++)
-			cr_assert_float_eq(job.out[r][i], w_g, 1e-4,
+			cr_assert_float_eq(job.out[r][i], target, 1e-4,
 					   "rank %d element %d: %f, want %f", r,
-					   i, job.out[r][i], w_g);
+					   i, job.out[r][i], target);
 	}
+}
+
+Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
+{
+	bmuf_recurrence(false);
+}
+
+Test(sync, bmuf_nesterov_follows_its_recurrence, .timeout = 180)
+{
+	bmuf_recurrence(true);
 }
 
 /*

@@ -84,6 +84,38 @@ Test(kernels, bmuf_follows_its_recurrence)
 		cr_assert_float_eq(avg[i], w_g[i] + eta * d[i], 1e-5);
 }
 
+/*
+ * Nesterov's block progress is counted from the target the ranks started
+ * from: ranks that move by u a round from it bring D to zeta u / (1 - eta)
+ * and w_g moves by that much a round.  Counted from w_g, the lookahead was
+ * taken in again every round and D grew as (2 eta)^t.
+ */
+Test(kernels, bmuf_nesterov_counts_progress_from_the_target)
+{
+	float w_g[N], d[N], target[N], before[N];
+	const float eta = 0.75f, zeta = 1.0f, u = 0.01f;
+
+	for (int i = 0; i < N; i++) {
+		w_g[i] = target[i] = v(0, i);
+		d[i] = 0;
+	}
+	for (int round = 0; round < 60; round++) {
+		for (int i = 0; i < N; i++)
+			target[i] += u; /* the ranks' average: start + u */
+		ss__bmuf(w_g, d, target, N, eta, zeta, true);
+	}
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(d[i], zeta * u / (1 - eta), 1e-4,
+				   "element %d: D %g", i, d[i]);
+	memcpy(before, w_g, sizeof(before));
+	for (int i = 0; i < N; i++)
+		target[i] += u;
+	ss__bmuf(w_g, d, target, N, eta, zeta, true);
+	for (int i = 0; i < N; i++)
+		cr_assert_float_eq(w_g[i] - before[i], zeta * u / (1 - eta),
+				   1e-4, "element %d", i);
+}
+
 Test(kernels, easgd_step_and_center_update)
 {
 	float w[N], c[N], d[N], w0[N], c0[N];

@@ -50,7 +50,7 @@ struct ss_sync_options {
 	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
 	double eta; /* S-BMUF block momentum; < 0: 1 - 1/N */
 	double zeta; /* S-BMUF block learning rate; 0: 1 */
-	bool nesterov; /* S-BMUF: Nesterov target w_g + eta D */
+	bool nesterov; /* S-BMUF: Nesterov target w_g + eta D (default) */
 	double beta; /* gossip step toward the peer; 0: 0.5 */
 	bool gossip_random; /* random peers, not the exponential graph */
 	uint64_t seed; /* for random gossip */

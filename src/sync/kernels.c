@@ -141,12 +141,18 @@ SS_HOGWILD void ss__apply_measured(float *restrict w,
 	}
 }
 
+/*
+ * The block's progress G is measured from where the ranks started it: the
+ * last target, w_g + eta D with Nesterov.  Measured from w_g instead, G
+ * took the lookahead eta D in again each round, and D grew as (2 eta)^t.
+ */
 void ss__bmuf(float *restrict w_g, float *restrict momentum,
 	      float *restrict avg, size_t n, float eta, float zeta,
 	      bool nesterov)
 {
 	for (size_t i = 0; i < n; i++) {
-		float g = avg[i] - w_g[i];
+		float start = nesterov ? w_g[i] + eta * momentum[i] : w_g[i];
+		float g = avg[i] - start;
 
 		momentum[i] = eta * momentum[i] + zeta * g;
 		w_g[i] += momentum[i];

@@ -19,6 +19,7 @@ void ss_sync_options_init(struct ss_sync_options *o, enum ss_sync_algo algo)
 	memset(o, 0, sizeof(*o));
 	o->algo = algo;
 	o->eta = -1;
+	o->nesterov = true;
 }
 
 int ss_sync_algo_parse(const char *option, const char *text,

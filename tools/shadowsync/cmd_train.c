@@ -53,6 +53,7 @@ static void ss_train_usage(FILE *out)
 		"  --mode M               shadow (default) or foreground\n"
 		"  --sync-every K         foreground: a round every K steps per trainer (10)\n"
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
+		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
 		"  --sync-tables yes|no   synchronize the embedding tables too (yes), or\n"
 		"                         the dense MLPs only, the tables each rank's own\n"
@@ -103,6 +104,7 @@ enum {
 	OPT_ALPHA,
 	OPT_ETA,
 	OPT_ZETA,
+	OPT_NESTEROV,
 	OPT_BETA,
 	OPT_MAX_ROUNDS,
 	OPT_ROUND_TIMEOUT,
@@ -170,6 +172,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "alpha", required_argument, NULL, OPT_ALPHA },
 		{ "eta", required_argument, NULL, OPT_ETA },
 		{ "zeta", required_argument, NULL, OPT_ZETA },
+		{ "nesterov", required_argument, NULL, OPT_NESTEROV },
 		{ "beta", required_argument, NULL, OPT_BETA },
 		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
 		{ "sync-tables", required_argument, NULL, OPT_SYNC_TABLES },
@@ -294,6 +297,10 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_ZETA:
 			rc = ss_parse_double("--zeta", optarg, 1e-6, 10,
 					     &c->sync.zeta);
+			break;
+		case OPT_NESTEROV:
+			rc = ss_parse_choice("--nesterov", optarg, yes_no, &i);
+			c->sync.nesterov = i == 0;
 			break;
 		case OPT_BETA:
 			rc = ss_parse_double("--beta", optarg, 1e-6, 1,
