@@ -44,7 +44,8 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 	ss__average(s->avg + own, s->snap + own, parts, k, own_len);
 	if (s->opts.algo == SS_SYNC_BMUF) /* the average becomes its target */
 		ss__bmuf(s->w_g, s->momentum, s->avg + own, own_len,
-			 (float)s->opts.eta, (float)s->opts.zeta,
+			 (float)s->opts.eta,
+			 (float)(s->opts.zeta * (k + 1) / s->world),
 			 s->opts.nesterov);
 
 	/* 3. The average (S-BMUF: target) of our shard to every rank. */

@@ -626,26 +626,49 @@ static double ss_json_number(const char *json, const char *key)
 	return at ? strtod(at + strlen(pat), NULL) : NAN;
 }
 
+/*
+ * The job as a whole.  Throughput is the examples over the job's training
+ * time, the slowest rank's: the ranks start training together (at the
+ * sync layer's begin barrier), so that is the wall time of the training,
+ * where a sum of per-rank rates counts a rank that finished early as if
+ * it had gone on.  Quality is every rank's own: a mean over ranks hides
+ * one that ended far off, so the worst rank is the one reported.
+ */
 struct ss_launch_totals {
-	double examples, examples_per_s, ne, rounds, rounds_per_s, sync_gap;
-	int with_ne, with_sync;
+	double examples, seconds, rounds, rounds_per_s, sync_gap;
+	int with_sync, with_ne;
+	int worst, best; /* ranks of the highest and lowest test NE */
+	double worst_ne, best_ne;
 };
+
+/* Ranks whose NE differ by more than this are named in the summary. */
+#define SS_LAUNCH_NE_SPREAD 0.01
 
 static void ss_launch_totals(const struct ss_launch *l,
 			     struct ss_launch_totals *t)
 {
 	memset(t, 0, sizeof(*t));
+	t->worst = t->best = -1;
 	for (int r = 0; r < l->n; r++) {
 		const char *j = l->ranks[r].json;
 		double ne = ss_json_number(j, "test_ne");
 		double rps = ss_json_number(j, "rounds_per_s");
+		double sec = ss_json_number(j, "seconds");
 
 		if (!j)
 			continue;
 		t->examples += ss_json_number(j, "examples");
-		t->examples_per_s += ss_json_number(j, "examples_per_s");
+		if (sec > t->seconds)
+			t->seconds = sec;
 		if (!isnan(ne)) {
-			t->ne += ne;
+			if (t->worst < 0 || ne > t->worst_ne) {
+				t->worst = r;
+				t->worst_ne = ne;
+			}
+			if (t->best < 0 || ne < t->best_ne) {
+				t->best = r;
+				t->best_ne = ne;
+			}
 			t->with_ne++;
 		}
 		if (!isnan(rps)) {
@@ -655,8 +678,6 @@ static void ss_launch_totals(const struct ss_launch *l,
 			t->with_sync++;
 		}
 	}
-	if (t->with_ne)
-		t->ne /= t->with_ne;
 	if (t->with_sync) {
 		t->rounds /= t->with_sync;
 		t->rounds_per_s /= t->with_sync;
@@ -664,16 +685,44 @@ static void ss_launch_totals(const struct ss_launch *l,
 	}
 }
 
+static double ss_launch_rate(const struct ss_launch_totals *t)
+{
+	return t->seconds > 0 ? t->examples / t->seconds : 0;
+}
+
+/* Whether the ranks' held-out NE differ by more than SS_LAUNCH_NE_SPREAD. */
+static bool ss_launch_disagree(const struct ss_launch_totals *t)
+{
+	return t->with_ne > 1 &&
+	       t->worst_ne > t->best_ne * (1 + SS_LAUNCH_NE_SPREAD);
+}
+
 static void ss_launch_print_json(const struct ss_launch *l, int failed)
 {
 	struct ss_launch_totals t;
 
 	ss_launch_totals(l, &t);
-	printf("{\"world\":%d,\"transport\":\"%s\",\"failed\":%d,\"restarts\":%d,\"examples\":%.0f,\"examples_per_s\":%.1f",
+	printf("{\"world\":%d,\"transport\":\"%s\",\"failed\":%d,\"restarts\":%d,\"examples\":%.0f,"
+	       "\"seconds\":%.3f,\"examples_per_s\":%.1f,\"rank_examples_per_s\":[",
 	       l->n, ss_transport_name(l->transport), failed, l->restarted,
-	       t.examples, t.examples_per_s);
-	if (t.with_ne)
-		printf(",\"test_ne\":%.6f", t.ne);
+	       t.examples, t.seconds, ss_launch_rate(&t));
+	for (int r = 0; r < l->n; r++)
+		printf("%s%.1f", r ? "," : "",
+		       l->ranks[r].json ? ss_json_number(l->ranks[r].json,
+							 "examples_per_s") :
+					  0.0);
+	printf("]");
+	if (t.with_ne) {
+		const char *w = l->ranks[t.worst].json;
+
+		/* the worst rank's figures, never a mean */
+		printf(",\"test_ne\":%.6f,\"test_auc\":%.6f,\"test_calibration\":%.6f,"
+		       "\"worst_rank\":%d,\"test_ne_best\":%.6f,\"best_rank\":%d,\"ranks_disagree\":%s",
+		       t.worst_ne, ss_json_number(w, "test_auc"),
+		       ss_json_number(w, "test_calibration"), t.worst,
+		       t.best_ne, t.best,
+		       ss_launch_disagree(&t) ? "true" : "false");
+	}
 	if (t.with_sync)
 		printf(",\"rounds\":%.1f,\"rounds_per_s\":%.2f,\"sync_gap\":%.2f",
 		       t.rounds, t.rounds_per_s, t.sync_gap);
@@ -696,8 +745,9 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 		printf(" (%d restart%s)", l->restarted,
 		       l->restarted == 1 ? "" : "s");
 	printf("\n");
-	printf("%5s  %-22s %10s %12s %8s %9s %8s\n", "rank", "status",
-	       "examples", "examples/s", "NE", "rounds/s", "gap");
+	printf("%5s  %-22s %10s %12s %8s %7s %6s %9s %8s\n", "rank", "status",
+	       "examples", "examples/s", "NE", "AUC", "calib", "rounds/s",
+	       "gap");
 	for (int r = 0; r < l->n; r++) {
 		const struct ss_rank_proc *p = &l->ranks[r];
 		const char *j = p->json;
@@ -708,17 +758,25 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 			snprintf(what + strlen(what),
 				 sizeof(what) - strlen(what), ", restarted %dx",
 				 p->restarts);
-		printf("%5d  %-22s %10.0f %12.0f %8.4f %9.1f %8.1f\n", r, what,
-		       ss_json_number(j, "examples"),
+		printf("%5d  %-22s %10.0f %12.0f %8.4f %7.4f %6.3f %9.1f %8.1f\n",
+		       r, what, ss_json_number(j, "examples"),
 		       ss_json_number(j, "examples_per_s"),
 		       ss_json_number(j, "test_ne"),
+		       ss_json_number(j, "test_auc"),
+		       ss_json_number(j, "test_calibration"),
 		       ss_json_number(j, "rounds_per_s"),
 		       ss_json_number(j, "sync_gap"));
 	}
-	printf("%5s  %-22s %10.0f %12.0f %8.4f %9.1f %8.1f\n", "all",
-	       "(sum; NE and sync: mean)", t.examples, t.examples_per_s,
-	       t.with_ne ? t.ne : NAN, t.with_sync ? t.rounds_per_s : NAN,
-	       t.with_sync ? t.sync_gap : NAN);
+	printf("  job  %.0f examples in %.1f s of training (the slowest rank): %.0f examples/s",
+	       t.examples, t.seconds, ss_launch_rate(&t));
+	if (t.with_sync)
+		printf("; %.1f rounds/s, gap %.1f (means)", t.rounds_per_s,
+		       t.sync_gap);
+	printf("\n");
+	if (ss_launch_disagree(&t))
+		printf("  ranks disagree: rank %d is worst, NE %.4f, %+.1f%% over rank %d's %.4f\n",
+		       t.worst, t.worst_ne, 100 * (t.worst_ne / t.best_ne - 1),
+		       t.best, t.best_ne);
 }
 
 int ss_cmd_launch(int argc, char **argv)

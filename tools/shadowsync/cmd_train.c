@@ -887,13 +887,15 @@ int ss_cmd_train(int argc, char **argv)
 		       ",\"skipped\":%" PRIu64
 		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
 		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\","
-		       "\"optimizer\":\"%s\",\"blas\":\"%s\"",
+		       "\"optimizer\":\"%s\",\"lr\":%g,\"params\":%zu,\"dense_params\":%zu,"
+		       "\"blas\":\"%s\"",
 		       c.fabric.rank, c.fabric.world, res.examples, res.skipped,
 		       res.seconds, (double)res.examples / res.seconds,
 		       res.examples ? res.loss_sum / (double)res.examples : 0,
 		       ss_sync_algo_name(c.sync.algo),
 		       c.foreground ? "foreground" : "shadow",
-		       ss_optimizer_name(c.train.optimizer), c.blas);
+		       ss_optimizer_name(c.train.optimizer), (double)c.train.lr,
+		       len, ss_model_dense_len(&c.model), c.blas);
 		/* what BLIS was told, for another run to be given the same */
 		printf(",\"blis_arch_type\":");
 		if (getenv("BLIS_ARCH_TYPE"))
