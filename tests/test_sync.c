@@ -15,6 +15,7 @@
 
 #include "ranks.h"
 #include "shadowsync/shadowsync.h"
+#include "sync/sync_internal.h"
 
 #define NPARAMS 1000
 #define MAXW 4
@@ -334,6 +335,102 @@ Test(sync, easgd_reaches_consensus, .timeout = 180)
 	/* started 2.0 apart */
 	cr_assert_lt(spread(&job), 0.05, "spread %g after 40 rounds",
 		     spread(&job));
+}
+
+/*
+ * S-EASGD moves mass between the replicas and the center, never makes or
+ * loses it: with no trainers, for each shard, the sum of the replicas
+ * plus the owner's center is the same after every round.  Checked after
+ * each of 8 rounds, 3 ranks: round 2 without rank 2 (it waits in the
+ * barrier), and rounds 5 and 6 with no barrier between them and rank 1
+ * starting them late, past the others' timeout: its round-5 deltas reach
+ * owners that gave up on them and are in round 6.
+ */
+#define EASGD_ROUNDS 8
+#define EASGD_CHECKS (EASGD_ROUNDS + 1)
+#define EASGD_TIMEOUT_MS 300
+
+struct easgd_record {
+	float w[EASGD_CHECKS][MAXW][NPARAMS];
+	float center[EASGD_CHECKS][MAXW][NPARAMS]; /* at the shard's place */
+	bool done[EASGD_CHECKS];
+};
+
+static struct easgd_record *easgd_rec;
+
+static void easgd_save(struct ss_sync *s, int rank, int check)
+{
+	size_t off = ss__shard_off(s, rank), len = ss__shard_len(s, rank);
+
+	memcpy(easgd_rec->w[check][rank], s->w, NPARAMS * sizeof(float));
+	memcpy(easgd_rec->center[check][rank] + off, s->center,
+	       len * sizeof(float));
+	easgd_rec->done[check] = true;
+}
+
+static int body_easgd_conserves(struct ss_sync *s, int rank, struct job *job)
+{
+	int check = 0;
+
+	(void)job;
+	fail_if(ss_sync_barrier(s), "first barrier");
+	easgd_save(s, rank, check++);
+	for (int round = 0; round < EASGD_ROUNDS; round++) {
+		bool late = round == 5 && rank == 1;
+
+		if (late) /* past the others' round timeout */
+			ss_sleep_ns(3ull * EASGD_TIMEOUT_MS * 1000000ull / 2);
+		if (!(round == 2 && rank == 2))
+			fail_if(ss_sync_round(s), "round %d", round);
+		if (round == 5)
+			continue; /* rounds 5 and 6 back to back */
+		fail_if(ss_sync_barrier(s), "barrier after round %d", round);
+		easgd_save(s, rank, check++);
+	}
+	return 0;
+}
+
+Test(sync, easgd_conserves_the_sum_of_replicas_and_center, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_easgd_conserves,
+			   .init = init_distinct };
+	int checks = EASGD_CHECKS - 1; /* one fewer: 5 and 6 back to back */
+
+	easgd_rec = mmap(NULL, sizeof(*easgd_rec), PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(easgd_rec, MAP_FAILED);
+	ss_sync_options_init(&job.opts, SS_SYNC_EASGD);
+	job.opts.round_timeout_ms = EASGD_TIMEOUT_MS;
+	run(&job);
+	for (int c = 0; c < checks; c++) {
+		cr_assert(easgd_rec->done[c], "check %d not recorded", c);
+		for (int i = 0; i < NPARAMS; i++) {
+			int owner = 0;
+			double sum, want;
+
+			while (owner < 2 && i >= NPARAMS * (owner + 1) / 3)
+				owner++; /* as ss__shard_off() */
+			sum = easgd_rec->center[c][owner][i];
+
+			/* the center starts from its owner's replica */
+			want = init_distinct(owner, i);
+			for (int r = 0; r < 3; r++) {
+				sum += easgd_rec->w[c][r][i];
+				want += init_distinct(r, i);
+			}
+			cr_assert_float_eq(
+				sum, want, 1e-4,
+				"after check %d, element %d (shard %d): "
+				"sum %f, want %f",
+				c, i, owner, sum, want);
+		}
+	}
+	/* and it did move: the replicas came closer to each other */
+	cr_assert_lt(fabs(easgd_rec->w[checks - 1][2][0] -
+			  easgd_rec->w[checks - 1][0][0]),
+		     1.5, "replicas 2.0 apart stayed apart");
+	cr_assert_gt(job.stats[0].peers_left_out, 0, "nobody was left out");
 }
 
 Test(sync, gossip_reaches_consensus, .timeout = 180)

@@ -63,8 +63,8 @@ static size_t ss_region_floats(int region, size_t n, int world)
 	size_t shard_max = (n + (size_t)world - 1) / (size_t)world;
 
 	switch (region) {
-	case SS_R_INBOX: /* two slots per peer, then the barrier words */
-		return 2 * (size_t)world * shard_max + (size_t)world;
+	case SS_R_INBOX: /* two slots per peer, then two barrier words */
+		return 2 * (size_t)world * shard_max + 2 * (size_t)world;
 	case SS_R_CENTER:
 		return shard_max;
 	case SS_R_STATE:
@@ -281,10 +281,18 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->joining[c->peer] = true;
 		return;
 	}
-	/* A message of a round that gave up on it is overwritten later. */
-	s->seen[kind][c->peer] = round;
-	if (kind == SS_MSG_EASGD && round == (s->round & 0x0fffffffu))
+	/*
+	 * An S-EASGD delta of this round, or a late one of a round that gave
+	 * up on its sender, is applied now: the sender has taken it off its
+	 * replica, so dropping it would lose that mass from replicas plus
+	 * center.  One of a round we have yet to start waits for it.
+	 */
+	if (kind == SS_MSG_EASGD && (int32_t)((round - s->round) << 4) <= 0) {
 		ss__easgd_apply_delta(s, c->peer, round);
+		if (round != (s->round & 0x0fffffffu))
+			return; /* late: seen[] keeps the newer round */
+	}
+	s->seen[kind][c->peer] = round;
 }
 
 void ss__pump(struct ss_sync *s, unsigned wait_ms)
@@ -378,6 +386,35 @@ int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 }
 
 /*
+ * The word of @p's round in a barrier: two per peer, by the barrier's
+ * parity, because a peer can be one barrier ahead of us, and its round
+ * for the next one must not overwrite the one it sent for this one (we
+ * then took the next barrier's round for this one's, and came out a round
+ * ahead of the others).
+ */
+static size_t ss_barrier_word(const struct ss_sync *s, int p)
+{
+	return (size_t)(s->barrier_seq & 1) * (size_t)s->world + (size_t)p;
+}
+
+/*
+ * S-EASGD deltas of the rounds up to @top that a barrier jumps over: they
+ * came early, for a round after ours, and wait for it, but we continue
+ * from @top + 1.  Their senders have taken them off their replicas.
+ */
+static void ss_easgd_skipped_deltas(struct ss_sync *s, uint32_t top)
+{
+	for (int p = 0; p < s->world; p++) {
+		uint32_t r = s->seen[SS_MSG_EASGD][p];
+		int32_t ahead = (int32_t)((r - s->round) << 4) >> 4;
+		int32_t span = (int32_t)((top - s->round) << 4) >> 4;
+
+		if (p != s->rank && ahead > 0 && ahead <= span)
+			ss__easgd_apply_delta(s, p, r);
+	}
+}
+
+/*
  * The barrier also lines the ranks' round numbers up: after a shadow thread
  * stopped, ranks may be a round apart.  Each sends its round in its word of
  * the peers' inboxes; all continue from the largest plus one, past any
@@ -410,7 +447,7 @@ int ss_sync_barrier(struct ss_sync *s)
 				s->barrier_sent[p] = true;
 				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
 					 2 * (size_t)s->world * s->shard_max +
-						 (size_t)s->rank,
+						 ss_barrier_word(s, s->rank),
 					 1, SS_MSG_BARRIER);
 			}
 			all = all && ss__got(s, SS_MSG_BARRIER, p);
@@ -430,8 +467,8 @@ int ss_sync_barrier(struct ss_sync *s)
 	ss__wait_sends(s, deadline);
 	for (int p = 0; p < s->world; p++) {
 		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
-			if (s->ctrl[p] > top)
-				top = s->ctrl[p];
+			if (s->ctrl[ss_barrier_word(s, p)] > top)
+				top = s->ctrl[ss_barrier_word(s, p)];
 			/* in rounds from here on, as the process it is now */
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
@@ -444,6 +481,7 @@ int ss_sync_barrier(struct ss_sync *s)
 		s->joins += joins;
 		pthread_mutex_unlock(&s->lock);
 	}
+	ss_easgd_skipped_deltas(s, top);
 	s->round = top + 1;
 	s->barrier_seq++;
 	if (rc < 0)
