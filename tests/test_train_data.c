@@ -11,6 +11,14 @@
 
 #include "shadowsync/shadowsync.h"
 #include "shadowsync/train.h"
+#include "train/zipf.h"
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+	return x < y ? -1 : x > y;
+}
 
 /* A good line: label, 13 integers (some empty or negative), 26 hashes. */
 #define GOOD                                                             \
@@ -279,6 +287,26 @@ Test(metrics, ties_count_half_and_constant_predictor_has_ne_1)
 	cr_assert_eq(ss_metrics_compute(p, y, 0, &m), -EINVAL);
 }
 
+/*
+ * A diverged model's NaN predictions give NaN metrics and are counted:
+ * the sort and the tie loop of the AUC once spun for ever on them, and
+ * fmin/fmax passed them off as 1e-7 in the log loss.
+ */
+Test(metrics, predictions_that_are_not_numbers_are_counted, .timeout = 10)
+{
+	const float p[] = { 0.25f, NAN, 0.5f, INFINITY, NAN };
+	const float y[] = { 0, 1, 0, 0, 1 };
+	struct ss_metrics m;
+
+	cr_assert_eq(ss_metrics_compute(p, y, 5, &m), 0);
+	cr_assert_eq(m.not_numbers, 3);
+	cr_assert(isnan(m.ne) && isnan(m.auc) && isnan(m.log_loss) &&
+		  isnan(m.calibration));
+	cr_assert_float_eq(m.ctr, 0.4, 1e-12);
+	cr_assert_eq(ss_metrics_compute(p, y, 1, &m), 0);
+	cr_assert_eq(m.not_numbers, 0);
+}
+
 /* ---- the generator ------------------------------------------------------ */
 
 /* The progress lines' running figures: 4 examples, 1 click, loss 0.5. */
@@ -337,6 +365,133 @@ Test(data, generator_is_seeded_and_hits_its_click_rate)
 	cr_assert_float_eq(b.ne, a.ne, 0.05, "same teacher, NE %f vs %f", b.ne,
 			   a.ne);
 	free(buf1);
+}
+
+/* Draws of k^-s over 1..n, counted into @hits[1..cap]; the rest in hits[0]. */
+static void zipf_count(uint64_t n, double s, int draws, double *hits,
+		       uint64_t cap)
+{
+	struct ss__zipf z;
+	uint64_t rng = 42;
+
+	ss__zipf_init(&z, n, s);
+	for (int i = 0; i < draws; i++) {
+		uint64_t k = ss__zipf_draw(&z, &rng);
+
+		cr_assert(k >= 1 && k <= n, "draw %llu outside 1..%llu",
+			  (unsigned long long)k, (unsigned long long)n);
+		hits[k <= cap ? k : 0]++;
+	}
+}
+
+/* Sum of k^-s over [a, b]. */
+static double zipf_mass(uint64_t a, uint64_t b, double s)
+{
+	double m = 0;
+
+	for (uint64_t k = a; k <= b; k++)
+		m += pow((double)k, -s);
+	return m;
+}
+
+/*
+ * Rejection-inversion draws have the Zipf law's frequencies: every value
+ * of a small range within 5 standard deviations, and over 10 million
+ * values the head, the first 100 and the tail past 100000 (13 % of the
+ * draws at s 1.1), and uniform draws at s 0.
+ */
+Test(data, zipf_draws_follow_the_law)
+{
+	enum { DRAWS = 400000 };
+	static double hits[101];
+	const double s_small[] = { 1.1, 0.0, 2.0 };
+
+	for (int t = 0; t < 3; t++) {
+		double total = zipf_mass(1, 30, s_small[t]);
+
+		memset(hits, 0, sizeof(hits));
+		zipf_count(30, s_small[t], DRAWS, hits, 30);
+		for (int k = 1; k <= 30; k++) {
+			double p = pow(k, -s_small[t]) / total,
+			       sd = sqrt(DRAWS * p * (1 - p));
+
+			cr_assert_float_eq(hits[k], DRAWS * p, 5 * sd + 1,
+					   "s %g, value %d: %g draws, want %g",
+					   s_small[t], k, hits[k], DRAWS * p);
+		}
+	}
+	{
+		const uint64_t n = 10000000;
+		double total = zipf_mass(1, n, 1.1), head = 0;
+
+		memset(hits, 0, sizeof(hits));
+		zipf_count(n, 1.1, DRAWS, hits, 100);
+		for (int k = 1; k <= 100; k++)
+			head += hits[k];
+		cr_assert_float_eq(hits[1] / DRAWS, 1 / total, 0.003);
+		cr_assert_float_eq(head / DRAWS, zipf_mass(1, 100, 1.1) / total,
+				   0.004);
+	}
+	{
+		const uint64_t n = 10000000;
+		struct ss__zipf z;
+		uint64_t rng = 7, far = 0;
+		double want = zipf_mass(100001, n, 1.1) / zipf_mass(1, n, 1.1);
+
+		ss__zipf_init(&z, n, 1.1);
+		for (int i = 0; i < DRAWS; i++)
+			far += ss__zipf_draw(&z, &rng) > 100000;
+		cr_assert_float_eq((double)far / DRAWS, want, 0.004,
+				   "tail past 100000: %g, want %g",
+				   (double)far / DRAWS, want);
+	}
+}
+
+/*
+ * --shape criteo: each feature has Criteo Kaggle's number of values, from
+ * 3 (C9) to 10 million (C3); 20000 examples see thousands of values of C3
+ * and never more than C9's 3.
+ */
+Test(data, criteo_shape_has_the_kaggle_cardinalities)
+{
+	struct ss_gen_options o;
+	struct ss_metrics m;
+	struct ss_reader *r;
+	struct ss_example ex;
+	char path[] = "/tmp/ss-criteo-XXXXXX";
+	uint32_t *c3 = malloc(20000 * sizeof(uint32_t)), c9[8];
+	int fd = mkstemp(path), n = 0, distinct3 = 0, distinct9 = 0;
+	FILE *f;
+
+	cr_assert(fd >= 0 && c3);
+	ss_gen_options_init(&o);
+	o.examples = 20000;
+	o.shape = SS_GEN_CRITEO;
+	cr_assert_eq(ss_gen_cardinality(&o, 2), 10131227);
+	cr_assert_eq(ss_gen_cardinality(&o, 8), 3);
+	f = fdopen(fd, "w");
+	cr_assert_eq(ss_gen_data(f, &o, &m), 0);
+	fclose(f);
+	cr_assert_lt(m.ne, 0.95, "teacher NE %f", m.ne);
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	while (ss_reader_next(r, &ex) == 1) {
+		bool seen = false;
+
+		c3[n++] = ex.sparse[2];
+		for (int i = 0; i < distinct9 && !seen; i++)
+			seen = c9[i] == ex.sparse[8];
+		if (!seen && ex.sparse[8] && distinct9 < 8)
+			c9[distinct9++] = ex.sparse[8];
+	}
+	ss_reader_close(&r);
+	unlink(path);
+	cr_assert_eq(n, 20000);
+	qsort(c3, (size_t)n, sizeof(*c3), cmp_u32);
+	for (int i = 0; i < n; i++)
+		distinct3 += c3[i] && (i == 0 || c3[i] != c3[i - 1]);
+	cr_assert_gt(distinct3, 4000, "C3: %d distinct values", distinct3);
+	cr_assert_leq(distinct9, 3, "C9: %d distinct values", distinct9);
+	free(c3);
 }
 
 Test(data, gen_data_command_writes_file_and_floor)

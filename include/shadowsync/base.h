@@ -179,6 +179,12 @@ int ss_parse_choice(const char *option, const char *text,
  */
 void ss_json_string(FILE *out, const char *text);
 
+/*
+ * ss_json_double() - write @v with the printf @format ("%.6f"), or null
+ * when it is NaN or infinite, which JSON cannot hold.
+ */
+void ss_json_double(FILE *out, const char *format, double v);
+
 #ifdef __cplusplus
 }
 #endif

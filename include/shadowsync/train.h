@@ -316,11 +316,14 @@ struct ss_metrics {
 	double auc; /* area under the ROC curve; ties count half */
 	double calibration; /* sum of p / sum of y */
 	double ctr; /* empirical click rate */
+	uint64_t not_numbers; /* predictions that were NaN or infinite */
 };
 
 /*
  * ss_metrics_compute() - all of the above over @n pairs.  AUC sorts a copy
- * (n log n); the others are one pass.  Returns 0, or -EINVAL for n == 0 and
+ * (n log n); the others are one pass.  Predictions that are not numbers
+ * (a model that diverged) are counted in not_numbers, and then log loss,
+ * NE, AUC and calibration are NAN.  Returns 0, or -EINVAL for n == 0 and
  * -ENOMEM.
  */
 int ss_metrics_compute(const float *p, const float *y, size_t n,
@@ -333,12 +336,20 @@ int ss_metrics_compute(const float *p, const float *y, size_t n,
 double ss_normalized_entropy(double log_loss, double ctr);
 
 /* The planted teacher of the synthetic data. */
+
+/* How many distinct values each categorical feature has. */
+enum ss_gen_shape {
+	SS_GEN_UNIFORM, /* opts.cardinality each */
+	SS_GEN_CRITEO, /* Criteo Kaggle's counts: 3 to 10 million, 34 M in all */
+};
+
 struct ss_gen_options {
 	uint64_t examples;
 	uint64_t seed;
 	double ctr; /* the click rate to aim for */
 	double zipf; /* exponent of the categorical values' distribution */
-	uint32_t cardinality; /* distinct values per categorical feature */
+	uint32_t cardinality; /* distinct values per feature, when uniform */
+	enum ss_gen_shape shape;
 	uint64_t stream; /* which sample of the seed's teacher: 0 train, 1 test */
 	double value_scale; /* standard deviation of a value's own weight */
 	double pair_scale; /* scale of the interactions' dot products */
@@ -346,9 +357,13 @@ struct ss_gen_options {
 
 /*
  * ss_gen_options_init() - 1000000 examples, seed 1, CTR 0.25, Zipf 1.1, 30
- * values per feature, value weights 0.35, interactions 0.05.
+ * values per feature (uniform shape), value weights 0.35, interactions
+ * 0.05.
  */
 void ss_gen_options_init(struct ss_gen_options *opts);
+
+/* ss_gen_cardinality() - the distinct values of feature @j (0..25). */
+uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
 
 /*
  * ss_gen_data() - write @opts->examples lines of Criteo format to @out from

@@ -1,6 +1,17 @@
 // SPDX-License-Identifier: BSD-2-Clause
-/* The one piece of JSON that needs care when printing by hand: strings. */
+/* The pieces of JSON that need care when printing by hand: strings, and
+ * numbers that may not be numbers. */
+#include <math.h>
+
 #include "shadowsync/base.h"
+
+void ss_json_double(FILE *out, const char *format, double v)
+{
+	if (isfinite(v))
+		fprintf(out, format, v);
+	else
+		fputs("null", out);
+}
 
 void ss_json_string(FILE *out, const char *text)
 {

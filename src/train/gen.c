@@ -12,6 +12,7 @@
 
 #include "base/mix.h"
 #include "shadowsync/train.h"
+#include "train/zipf.h"
 
 #define SS_GEN_DIM 4 /* teacher embedding size for the interactions */
 #define SS_GEN_PAIRS 6
@@ -31,6 +32,7 @@ void ss_gen_options_init(struct ss_gen_options *o)
 	o->ctr = 0.25;
 	o->zipf = 1.1;
 	o->cardinality = 30;
+	o->shape = SS_GEN_UNIFORM;
 	o->stream = 0;
 	o->value_scale = 0.35;
 	o->pair_scale = 0.05;
@@ -46,29 +48,28 @@ static double ss_param(uint64_t seed, int what, int field, uint64_t value)
 	return ss__gauss(&s);
 }
 
+/*
+ * Distinct values of C1..C26 in the Criteo Kaggle (Display Advertising
+ * Challenge) training set, as the DLRM reference counts them: from 3 to
+ * 10 million, 34 million in all.
+ */
+static const uint32_t ss_criteo_counts[SS_SPARSE] = {
+	1460,  583,  10131227, 2202608, 305, 24,     12517,   633,    3,
+	93145, 5683, 8351593,  3194,	27,  14992,  5461306, 10,     5652,
+	2173,  4,    7046547,  18,	15,  286181, 105,     142572,
+};
+
+uint32_t ss_gen_cardinality(const struct ss_gen_options *o, int j)
+{
+	return o->shape == SS_GEN_CRITEO ? ss_criteo_counts[j] : o->cardinality;
+}
+
 struct ss_teacher {
 	uint64_t seed;
 	double value_scale, pair_scale;
-	double *zipf_cdf;
-	uint32_t cardinality;
+	struct ss__zipf zipf[SS_SPARSE]; /* each feature's values */
 	int pairs[SS_GEN_PAIRS][2];
 };
-
-static uint32_t ss_zipf_draw(const struct ss_teacher *t, uint64_t *rng)
-{
-	double u = ss__uniform(rng);
-	uint32_t lo = 0, hi = t->cardinality - 1;
-
-	while (lo < hi) {
-		uint32_t mid = (lo + hi) / 2;
-
-		if (t->zipf_cdf[mid] < u)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
 
 /* Draw one example's features; returns the teacher's logit without bias. */
 static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
@@ -89,7 +90,7 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		      1.2);
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
-		v[j] = ss_zipf_draw(t, rng);
+		v[j] = (uint32_t)(ss__zipf_draw(&t->zipf[j], rng) - 1);
 		empty[SS_DENSE + j] = ss__uniform(rng) < 0.03;
 		/* the value as written: a hash, never 0 (the empty value) */
 		vals[j] = (uint32_t)ss__mix64(t->seed ^ ((uint64_t)j << 32) ^
@@ -167,11 +168,10 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 {
 	struct ss_teacher t = { .seed = ss__mix64(o->seed),
 				.value_scale = o->value_scale,
-				.pair_scale = o->pair_scale,
-				.cardinality = o->cardinality };
+				.pair_scale = o->pair_scale };
 	float *p, *y;
 	uint64_t rng;
-	double norm = 0, bias;
+	double bias;
 	int rc = 0;
 
 	if (!o->cardinality || !o->examples)
@@ -181,19 +181,14 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 				    o->cardinality);
 	p = malloc(o->examples * sizeof(float));
 	y = malloc(o->examples * sizeof(float));
-	t.zipf_cdf = malloc(o->cardinality * sizeof(double));
-	if (!p || !y || !t.zipf_cdf) {
+	if (!p || !y) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL,
 				  "generating %llu examples",
 				  (unsigned long long)o->examples);
 		goto out;
 	}
-	for (uint32_t v = 0; v < o->cardinality; v++) {
-		norm += pow(v + 1.0, -o->zipf);
-		t.zipf_cdf[v] = norm;
-	}
-	for (uint32_t v = 0; v < o->cardinality; v++)
-		t.zipf_cdf[v] /= norm;
+	for (int j = 0; j < SS_SPARSE; j++)
+		ss__zipf_init(&t.zipf[j], ss_gen_cardinality(o, j), o->zipf);
 	for (int k = 0; k < SS_GEN_PAIRS; k++) {
 		t.pairs[k][0] = k;
 		t.pairs[k][1] = SS_SPARSE - 1 - k;
@@ -219,7 +214,6 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *o,
 	if (rc == 0)
 		rc = ss_metrics_compute(p, y, o->examples, teacher);
 out:
-	free(t.zipf_cdf);
 	free(p);
 	free(y);
 	return rc;

@@ -16,8 +16,9 @@ static void ss_gen_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: shadowsync gen-data --out FILE [--examples N] [--seed S] [--ctr P]\n"
-		"                           [--zipf A] [--cardinality K] [--value-scale X]\n"
-		"                           [--pair-scale X] [--stream K] [--json]\n"
+		"                           [--zipf A] [--shape S] [--cardinality K]\n"
+		"                           [--value-scale X] [--pair-scale X] [--stream K]\n"
+		"                           [--json]\n"
 		"\n"
 		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
 		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"
@@ -32,7 +33,11 @@ static void ss_gen_usage(FILE *out)
 		"                         held-out file to go with stream 0 (default 0)\n"
 		"  -c, --ctr P            click rate to aim for (default 0.25)\n"
 		"  -z, --zipf A           Zipf exponent of categorical values (default 1.1)\n"
-		"  -k, --cardinality K    distinct values per categorical feature (default 30)\n"
+		"  -S, --shape S          distinct values per categorical feature: uniform\n"
+		"                         (--cardinality each; the default) or criteo\n"
+		"                         (Criteo Kaggle's 26 counts, 3 to 10 million: long\n"
+		"                         tails, tables larger than the model's)\n"
+		"  -k, --cardinality K    values per feature when uniform (default 30)\n"
 		"  -w, --value-scale X    standard deviation of each value's own weight in\n"
 		"                         the teacher's logit (default 0.35)\n"
 		"  -p, --pair-scale X     weight of the teacher's pairwise interactions, dot\n"
@@ -54,11 +59,13 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 	fprintf(f,
 		"{\"examples\":%llu,\"seed\":%llu,\"stream\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
 		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f,"
-		"\"cardinality\":%u,\"zipf\":%g,\"value_scale\":%g,\"pair_scale\":%g}\n",
+		"\"shape\":\"%s\",\"cardinality\":%u,\"zipf\":%g,\"value_scale\":%g,"
+		"\"pair_scale\":%g}\n",
 		(unsigned long long)o->examples, (unsigned long long)o->seed,
 		(unsigned long long)o->stream, m->ctr, m->ne, m->log_loss,
-		m->auc, m->calibration, o->cardinality, o->zipf, o->value_scale,
-		o->pair_scale);
+		m->auc, m->calibration,
+		o->shape == SS_GEN_CRITEO ? "criteo" : "uniform",
+		o->cardinality, o->zipf, o->value_scale, o->pair_scale);
 	return fclose(f) == 0 ?
 		       0 :
 		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
@@ -73,6 +80,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 		{ "stream", required_argument, NULL, 't' },
 		{ "ctr", required_argument, NULL, 'c' },
 		{ "zipf", required_argument, NULL, 'z' },
+		{ "shape", required_argument, NULL, 'S' },
 		{ "cardinality", required_argument, NULL, 'k' },
 		{ "value-scale", required_argument, NULL, 'w' },
 		{ "pair-scale", required_argument, NULL, 'p' },
@@ -82,8 +90,9 @@ int ss_cmd_gen_data(int argc, char **argv)
 	};
 	struct ss_gen_options o;
 	struct ss_metrics m;
+	static const char *const shapes[] = { "uniform", "criteo", NULL };
 	const char *out = NULL;
-	bool json = false;
+	bool json = false, cardinality_given = false;
 	char tmp[4096];
 	long v;
 	FILE *f;
@@ -91,7 +100,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 
 	ss_gen_options_init(&o);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:k:w:p:jh", options,
+	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:S:k:w:p:jh", options,
 				  NULL)) != -1) {
 		switch (opt) {
 		case 'o':
@@ -117,10 +126,18 @@ int ss_cmd_gen_data(int argc, char **argv)
 		case 'z':
 			rc = ss_parse_double("--zipf", optarg, 0, 5, &o.zipf);
 			break;
+		case 'S': {
+			int i;
+
+			rc = ss_parse_choice("--shape", optarg, shapes, &i);
+			o.shape = i == 1 ? SS_GEN_CRITEO : SS_GEN_UNIFORM;
+			break;
+		}
 		case 'k':
 			rc = ss_parse_long("--cardinality", optarg, 1,
 					   100000000, &v);
 			o.cardinality = (uint32_t)v;
+			cardinality_given = true;
 			break;
 		case 'w':
 			rc = ss_parse_double("--value-scale", optarg, 0, 10,
@@ -149,6 +166,15 @@ int ss_cmd_gen_data(int argc, char **argv)
 		return ss_cmd_fail(ss_gen_prog,
 				   ss_error_set(SS_EUSAGE, "it is required",
 						"give --out FILE", "--out"));
+	if (cardinality_given && o.shape == SS_GEN_CRITEO)
+		return ss_cmd_fail(
+			ss_gen_prog,
+			ss_error_set(SS_EUSAGE,
+				     "--shape criteo has a count of its own "
+				     "for each feature",
+				     "give one of --shape criteo and "
+				     "--cardinality K",
+				     "--cardinality"));
 	/* Written under a temporary name, renamed when complete. */
 	snprintf(tmp, sizeof(tmp), "%s.tmp", out);
 	f = fopen(tmp, "w");

@@ -616,14 +616,19 @@ static int ss_launch_wait(struct ss_launch *l)
 /* A number from a rank's flat JSON summary; NAN when absent. */
 static double ss_json_number(const char *json, const char *key)
 {
-	char pat[64];
+	char pat[64], *end;
 	const char *at;
+	double v;
 
 	if (!json)
 		return NAN;
 	snprintf(pat, sizeof(pat), "\"%s\":", key);
 	at = strstr(json, pat);
-	return at ? strtod(at + strlen(pat), NULL) : NAN;
+	if (!at)
+		return NAN;
+	at += strlen(pat);
+	v = strtod(at, &end);
+	return end == at ? NAN : v; /* null: not a number */
 }
 
 /*
@@ -660,7 +665,12 @@ static void ss_launch_totals(const struct ss_launch *l,
 		t->examples += ss_json_number(j, "examples");
 		if (sec > t->seconds)
 			t->seconds = sec;
-		if (!isnan(ne)) {
+		if (isnan(ne) && strstr(j, "\"test_ne\":null")) {
+			/* evaluated, and diverged: worse than any number */
+			t->worst = r;
+			t->worst_ne = INFINITY;
+			t->with_ne++;
+		} else if (!isnan(ne)) {
 			if (t->worst < 0 || ne > t->worst_ne) {
 				t->worst = r;
 				t->worst_ne = ne;
@@ -693,7 +703,7 @@ static double ss_launch_rate(const struct ss_launch_totals *t)
 /* Whether the ranks' held-out NE differ by more than SS_LAUNCH_NE_SPREAD. */
 static bool ss_launch_disagree(const struct ss_launch_totals *t)
 {
-	return t->with_ne > 1 &&
+	return t->with_ne > 1 && t->best >= 0 &&
 	       t->worst_ne > t->best_ne * (1 + SS_LAUNCH_NE_SPREAD);
 }
 
@@ -716,11 +726,16 @@ static void ss_launch_print_json(const struct ss_launch *l, int failed)
 		const char *w = l->ranks[t.worst].json;
 
 		/* the worst rank's figures, never a mean */
-		printf(",\"test_ne\":%.6f,\"test_auc\":%.6f,\"test_calibration\":%.6f,"
-		       "\"worst_rank\":%d,\"test_ne_best\":%.6f,\"best_rank\":%d,\"ranks_disagree\":%s",
-		       t.worst_ne, ss_json_number(w, "test_auc"),
-		       ss_json_number(w, "test_calibration"), t.worst,
-		       t.best_ne, t.best,
+		printf(",\"test_ne\":");
+		ss_json_double(stdout, "%.6f", t.worst_ne);
+		printf(",\"test_auc\":");
+		ss_json_double(stdout, "%.6f", ss_json_number(w, "test_auc"));
+		printf(",\"test_calibration\":");
+		ss_json_double(stdout, "%.6f",
+			       ss_json_number(w, "test_calibration"));
+		printf(",\"worst_rank\":%d,\"test_ne_best\":", t.worst);
+		ss_json_double(stdout, "%.6f", t.best < 0 ? NAN : t.best_ne);
+		printf(",\"best_rank\":%d,\"ranks_disagree\":%s", t.best,
 		       ss_launch_disagree(&t) ? "true" : "false");
 	}
 	if (t.with_sync)
@@ -773,7 +788,10 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 		printf("; %.1f rounds/s, gap %.1f (means)", t.rounds_per_s,
 		       t.sync_gap);
 	printf("\n");
-	if (ss_launch_disagree(&t))
+	if (ss_launch_disagree(&t) && isinf(t.worst_ne))
+		printf("  ranks disagree: rank %d is worst, its model diverged (NE not a number); rank %d's NE %.4f\n",
+		       t.worst, t.best, t.best_ne);
+	else if (ss_launch_disagree(&t))
 		printf("  ranks disagree: rank %d is worst, NE %.4f, %+.1f%% over rank %d's %.4f\n",
 		       t.worst, t.worst_ne, 100 * (t.worst_ne / t.best_ne - 1),
 		       t.best, t.best_ne);

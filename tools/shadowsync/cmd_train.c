@@ -700,6 +700,12 @@ static int ss_evaluate(const struct ss_model_config *m, const float *params,
 				  "test file '%s'", path);
 	if (rc == 0)
 		rc = ss_metrics_compute(p, y, n, out);
+	if (rc == 0 && out->not_numbers)
+		ss_log_warn("held-out: %" PRIu64 " of %" PRIu64
+			    " predictions are not numbers: the model diverged "
+			    "(a lower --lr, or --optimizer adagrad, trains "
+			    "stably)",
+			    out->not_numbers, out->count);
 	ss_reader_close(&r);
 	ss_model_work_destroy(&w);
 	free(p);
@@ -904,9 +910,14 @@ int ss_cmd_train(int argc, char **argv)
 			printf("null");
 		if (c.load)
 			printf(",\"resumed_examples\":%" PRIu64, c.resumed);
-		if (c.test)
-			printf(",\"test_ne\":%.6f,\"test_auc\":%.6f,\"test_calibration\":%.6f",
-			       test.ne, test.auc, test.calibration);
+		if (c.test) {
+			printf(",\"test_ne\":");
+			ss_json_double(stdout, "%.6f", test.ne);
+			printf(",\"test_auc\":");
+			ss_json_double(stdout, "%.6f", test.auc);
+			printf(",\"test_calibration\":");
+			ss_json_double(stdout, "%.6f", test.calibration);
+		}
 		if (sync) {
 			struct ss_sync_stats s;
 
