@@ -39,6 +39,33 @@ Test(cmd_train, one_rank_trains_and_reports_json)
 	cr_assert(strstr(out, "\"test_ne\":"), "%s", out);
 }
 
+/*
+ * The DLRM way of writing the top MLP, its input first (emb-dim 4: 4 + 351
+ * = 355), builds the same model as without it: the same parameter count.
+ * It built a model with an extra 355-wide layer.
+ */
+Test(cmd_train, top_mlp_written_with_its_input_is_the_same_model)
+{
+	char cmd[1024], out[4096];
+	double with, without;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s train --data %s/train.txt --emb-dim 4 --bottom 13-16-4 "
+		"--top 355-16-1 --hash-size 2000 --sync none --progress 0 --json 2>&1",
+		SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	with = cmd_json_number(out, "params");
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt " MODEL
+		 " --sync none --progress 0 --json 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	without = cmd_json_number(out, "params");
+	cr_assert_eq(with, without, "%g params against %g", with, without);
+	cr_assert_gt(without, 0, "%s", out);
+}
+
 Test(cmd_train, two_ranks_over_shm_with_shadow_ma)
 {
 	char cmd[2048], out[8192];

@@ -72,6 +72,24 @@ Test(plan, this_machine_shape_leaves_a_core_to_the_shadow)
 	cr_assert_not(plan->slots[0].shares_core);
 }
 
+/* No shadow thread (train --sync none, or the foreground): every core
+ * trains, and none is marked shared. */
+Test(plan, without_a_shadow_every_core_trains)
+{
+	struct ss_plan_request req = { .no_shadow = true };
+
+	cr_assert_eq(ss_topo_open(&topo, "numa:1 core:4 pu:2"), 0);
+	cr_assert_eq(ss_topo_plan(topo, &req, &plan), 0);
+	cr_assert_eq(plan->trainers, 4);
+	cr_assert_not(plan->shadow);
+	cr_assert_not(plan->shadow_own_core);
+	cr_assert_not(plan->oversubscribed);
+	for (int t = 0; t < 4; t++) {
+		cr_assert_eq(trainer(t)->core, t);
+		cr_assert_not(trainer(t)->shares_core, "trainer %d", t);
+	}
+}
+
 Test(plan, as_many_trainers_as_cores_shadow_shares)
 {
 	make_plan("numa:1 core:2 pu:1", 2, NULL, false);

@@ -73,9 +73,13 @@ struct ss_plan_slot {
 
 /* What to plan for. */
 struct ss_plan_request {
-	int trainers; /* trainer threads; 0 = one per core but the shadow's */
+	int trainers; /* trainer threads; 0 = one per core but the shadow's
+		       * (one per core with no_shadow) */
 	const char *device; /* RDMA device; NULL = the first one found */
 	bool oversubscribe; /* allow more trainers than cores */
+	/* no shadow thread (no sync, or the foreground mode): no core is
+	 * kept for one, and slots[0] is unused */
+	bool no_shadow;
 };
 
 /* The placement plan.  slots[0] is the shadow thread, then the trainers. */
@@ -83,6 +87,7 @@ struct ss_plan {
 	int trainers;
 	int replica_numa; /* OS index of the NUMA node holding the replica */
 	bool nic_local; /* the NIC's locality is known and used */
+	bool shadow; /* slots[0] is a shadow thread's (not request.no_shadow) */
 	bool shadow_own_core; /* the shadow thread has a core to itself */
 	bool oversubscribed; /* some trainers share a core */
 	char device[64]; /* the RDMA device planned for, "" if none */

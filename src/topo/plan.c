@@ -190,8 +190,10 @@ static void ss_place_trainers(struct ss_topo *topo, struct ss_plan *plan,
 
 static void ss_mark_shared_cores(struct ss_plan *plan)
 {
-	for (int i = 0; i < plan->n_slots; i++)
-		for (int j = 0; j < plan->n_slots; j++)
+	int first = plan->shadow ? 0 : 1; /* slots[0] is unused without one */
+
+	for (int i = first; i < plan->n_slots; i++)
+		for (int j = first; j < plan->n_slots; j++)
 			if (i != j &&
 			    plan->slots[i].core == plan->slots[j].core)
 				plan->slots[i].shares_core = true;
@@ -200,10 +202,10 @@ static void ss_mark_shared_cores(struct ss_plan *plan)
 static void ss_plan_note(struct ss_plan *plan, const struct ss__nic *nic)
 {
 	if (nic->numa)
-		snprintf(
-			plan->note, sizeof(plan->note),
-			"shadow thread and replica on NUMA node %d, next to %s",
-			plan->replica_numa, nic->name);
+		snprintf(plan->note, sizeof(plan->note),
+			 "%s on NUMA node %d, next to %s",
+			 plan->shadow ? "shadow thread and replica" : "replica",
+			 plan->replica_numa, nic->name);
 	else
 		snprintf(plan->note, sizeof(plan->note),
 			 "%s: falling back to the first NUMA node (%d)",
@@ -245,9 +247,9 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 		goto out_cores;
 	}
 
-	trainers = request->trainers ? request->trainers :
-		   n_cores > 1	     ? n_cores - 1 :
-				       1;
+	trainers = request->trainers		      ? request->trainers :
+		   request->no_shadow || n_cores == 1 ? n_cores :
+							n_cores - 1;
 	if (trainers > n_cores && !request->oversubscribe) {
 		char hint[128];
 
@@ -270,7 +272,8 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 	plan->n_slots = trainers + 1;
 	plan->replica_numa = (int)nodes[0].obj->os_index;
 	plan->nic_local = nic.numa != NULL;
-	plan->shadow_own_core = trainers < n_cores;
+	plan->shadow = !request->no_shadow;
+	plan->shadow_own_core = plan->shadow && trainers < n_cores;
 	plan->oversubscribed = trainers > n_cores - plan->shadow_own_core;
 	snprintf(plan->device, sizeof(plan->device), "%s", nic.name);
 	ss_plan_note(plan, &nic);

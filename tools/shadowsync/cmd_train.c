@@ -393,6 +393,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
+	ss_cmd_model_top_spelling(&c->model);
 	return ss_model_check(&c->model);
 }
 
@@ -762,6 +763,8 @@ int ss_cmd_train(int argc, char **argv)
 	req.trainers = (int)c.threads;
 	req.device = c.fabric.device;
 	req.oversubscribe = c.oversubscribe;
+	/* with no shadow thread, its core trains too */
+	req.no_shadow = c.sync.algo == SS_SYNC_NONE || c.foreground;
 	rc = ss_topo_open(&topo, NULL);
 	if (rc == 0)
 		rc = ss_topo_plan(topo, &req, &plan);
