@@ -97,7 +97,7 @@ Test(cmd_checkpoint, adagrad_resumes_with_its_accumulators)
 	/* a checkpoint an SGD run saved has none: said, and training goes on */
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S train --data a.txt " TRAIN
-			 " --save s.ckpt 2>&1 && "
+			 " --optimizer sgd --save s.ckpt 2>&1 && "
 			 "$S train --data b.txt " TRAIN
 			 " --optimizer adagrad --load s.ckpt 2>&1"),
 		     0, "%s", out);

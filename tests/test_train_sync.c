@@ -93,6 +93,7 @@ static int rank_main(int rank, void *arg)
 	ss_train_options_init(&to);
 	to.threads = 2;
 	to.batch = 32;
+	to.optimizer = SS_OPT_SGD;
 	/* elastic averaging pulls replicas apart less gently at high rates */
 	to.lr = job->algo == SS_SYNC_EASGD ? 0.2f : 0.4f;
 	to.data = job->path;

@@ -220,6 +220,13 @@ int ss_optimizer_parse(const char *option, const char *text,
 /* ss_optimizer_name() - "sgd" or "adagrad". */
 const char *ss_optimizer_name(enum ss_optimizer opt);
 
+/*
+ * ss_optimizer_default_lr() - the learning rate that trained best in a
+ * sweep on Criteo-shaped data (docs/perf.md): 0.01 for Adagrad, 0.1 for
+ * SGD.
+ */
+float ss_optimizer_default_lr(enum ss_optimizer opt);
+
 struct ss_optim {
 	enum ss_optimizer kind;
 	float lr;

@@ -473,6 +473,11 @@ const char *ss_optimizer_name(enum ss_optimizer opt)
 	return opt == SS_OPT_ADAGRAD ? "adagrad" : "sgd";
 }
 
+float ss_optimizer_default_lr(enum ss_optimizer opt)
+{
+	return opt == SS_OPT_ADAGRAD ? 0.01f : 0.1f;
+}
+
 /*
  * Apply the gradient @g of @n parameters @p, lock-free: straight into the
  * shared replica (Hogwild).  @acc: their Adagrad accumulators, shared by

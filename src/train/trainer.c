@@ -141,8 +141,9 @@ void ss_train_options_init(struct ss_train_options *o)
 	memset(o, 0, sizeof(*o));
 	o->threads = 1;
 	o->batch = 128;
-	o->lr = 0.1f;
-	o->optimizer = SS_OPT_SGD;
+	/* the best of a sweep on Criteo-shaped data (docs/perf.md) */
+	o->optimizer = SS_OPT_ADAGRAD;
+	o->lr = ss_optimizer_default_lr(o->optimizer);
 	o->adagrad_eps = 1e-8f;
 	o->epochs = 1;
 	o->bad_lines = SS_BAD_LINES_FAIL;

@@ -42,9 +42,9 @@ static void ss_train_usage(FILE *out)
 		"training\n"
 		"  --threads N            trainer threads (default: one per core but the shadow's)\n"
 		"  --batch N              mini-batch (default 128)\n"
-		"  --lr X                 learning rate (default 0.1)\n"
-		"  --optimizer O          sgd (default) or adagrad; Adagrad's accumulators\n"
+		"  --optimizer O          adagrad (default) or sgd; Adagrad's accumulators\n"
 		"                         stay on this node, shared by its trainers, not synced\n"
+		"  --lr X                 learning rate (default 0.01 for adagrad, 0.1 for sgd)\n"
 		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
 		"  --epochs N             passes over this rank's share of the data (default 1)\n"
 		"  --oversubscribe        allow more trainers than cores\n"
@@ -201,6 +201,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	long v;
 	double d;
 	int opt, i, rc = 0;
+	bool lr_given = false;
 
 	ss_model_config_init(&c->model);
 	ss_train_options_init(&c->train);
@@ -256,6 +257,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_LR:
 			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
 			c->train.lr = (float)d;
+			lr_given = true;
 			break;
 		case OPT_OPTIMIZER:
 			rc = ss_optimizer_parse("--optimizer", optarg,
@@ -393,6 +395,8 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
+	if (!lr_given)
+		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);
 	return ss_model_check(&c->model);
 }
