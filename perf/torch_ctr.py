@@ -9,9 +9,13 @@ The model is ours layer for layer: 13 dense features through the bottom MLP
 --hash-size rows (one value per feature, so sum pooling is the row itself),
 the bottom output followed by the 351 pairwise dot products of the 27
 vectors in our order ((1,0), (2,0), (2,1), ...), the top MLP (ReLU but on
-the output), sigmoid, mean binary cross-entropy, plain SGD at the same
-learning rate and batch.  Initialization has our distributions, not our
-values (throughput does not depend on them).
+the output), sigmoid, mean binary cross-entropy, plain SGD (or, with
+--optimizer adagrad, Adagrad with its state shared by the processes, as
+ours shares its accumulators) at the same learning rate and batch.
+Initialization has our distributions, not our values.  --test FILE adds
+held-out NE, AUC and calibration, computed as ours are (perf/hogwild).
+Each process's last batch is the remainder of its slice, and torch's mean
+loss gives it a full step, as a user's loop would.
 
 What is timed: from the moment every process has its model, optimizer and
 data ready to the moment the last one has finished its slice.  The file is
@@ -155,7 +159,16 @@ class CTR(nn.Module):
         return self.top(torch.cat([z, dots], dim=1)).squeeze(1)
 
 
-def worker(i, model, data, lo, hi, args, go, out):
+def make_optimizer(model, args):
+    """SGD, or Adagrad as ours: eps added to sqrt(sum of g^2), no decay;
+    torch's Adagrad takes the sparse gradients of the tables."""
+    if args.optimizer == "adagrad":
+        return torch.optim.Adagrad(model.parameters(), lr=args.lr,
+                                   eps=args.adagrad_eps)
+    return torch.optim.SGD(model.parameters(), lr=args.lr)
+
+
+def worker(i, model, data, lo, hi, args, go, out, shared_opt=None):
     """Trainer i: SGD steps on examples [lo, hi) straight into the shared
     model, no lock (Hogwild), one thread."""
     torch.set_num_threads(1)
@@ -163,7 +176,7 @@ def worker(i, model, data, lo, hi, args, go, out):
         cores = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cores[i % len(cores)]})
     label, dense, rows = data
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+    opt = make_optimizer(model, args) if shared_opt is None else shared_opt
     loss_sum = 0.0
     out.put(("ready", i))
     if not go.wait(timeout=600):
@@ -260,7 +273,12 @@ def main():
     p.add_argument("--threads", type=int, default=1,
                    help="Hogwild processes, one thread each (default 1)")
     p.add_argument("--batch", type=int, default=128, help="(default 128)")
-    p.add_argument("--lr", type=float, default=0.1, help="(default 0.1)")
+    p.add_argument("--optimizer", choices=("sgd", "adagrad"), default="sgd",
+                   help="(default sgd); Adagrad's state is shared by the "
+                   "processes, as ours shares its accumulators")
+    p.add_argument("--lr", type=float, default=None,
+                   help="(default 0.1 for sgd, 0.01 for adagrad)")
+    p.add_argument("--adagrad-eps", type=float, default=1e-8)
     p.add_argument("--emb-dim", type=int, default=16, help="(default 16)")
     p.add_argument("--bottom", default="13-512-256-64-16")
     p.add_argument("--top", default="512-256-1")
@@ -272,6 +290,8 @@ def main():
                    help="do not pin process i to core i (shadowsync pins "
                    "its trainers)")
     args = p.parse_args()
+    if args.lr is None:
+        args.lr = 0.01 if args.optimizer == "adagrad" else 0.1
     bottom = layers(args.bottom, "--bottom")
     top = layers(args.top, "--top")
     if bottom[0] != DENSE or bottom[-1] != args.emb_dim or top[-1] != 1:
@@ -297,6 +317,12 @@ def main():
         t.share_memory_()
     model = CTR(args.emb_dim, bottom, top, args.hash_size)
     model.share_memory()
+    # Adagrad's accumulators in shared memory, made before the fork: one
+    # set for every process (Hogwild on the state too, as ours)
+    shared_opt = None
+    if args.optimizer == "adagrad":
+        shared_opt = make_optimizer(model, args)
+        shared_opt.share_memory()
 
     ctx = mp.get_context("fork")
     go = ctx.Event()
@@ -307,7 +333,7 @@ def main():
         lo, hi = n * i // args.threads, n * (i + 1) // args.threads
         procs.append(ctx.Process(target=worker,
                                  args=(i, model, data, lo, hi, args,
-                                       go, out)))
+                                       go, out, shared_opt)))
     for pr in procs:
         pr.start()
     collect(procs, out, "ready")
@@ -334,6 +360,8 @@ def main():
         "cpu_seconds": round(cpu, 3),
         "examples_per_cpu_s": round(examples / cpu, 1),
         "train_log_loss": round(sum(r[1] for r in results) / examples, 6),
+        "optimizer": args.optimizer,
+        "lr": args.lr,
         "parse_seconds": round(parse_s, 3),
         "torch": torch.__version__,
         "blas": blas_library(),

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""What the benchmarks beside PyTorch share (perf/vs-torch, perf/hogwild):
+messages, running a command for its JSON line, the lock that keeps other
+benchmarks off the cores, and finding Debian's PyTorch.  Plain Python 3,
+no third-party modules."""
+
+import argparse
+import fcntl
+import json
+import os
+import resource
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INSTALL = "apt-get update && apt-get install -y python3-torch python3-numpy"
+PROG = os.path.basename(sys.argv[0])
+
+
+def fail(what, hint=None, status=1):
+    print(f"{PROG}: error: {what}", file=sys.stderr)
+    if hint:
+        print(f"{PROG}: hint: {hint}", file=sys.stderr)
+    sys.exit(status)
+
+
+def log(msg):
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
+
+
+def thread_list(text):
+    """A comma-separated list of thread counts >= 1 (an argparse type)."""
+    try:
+        ts = [int(t) for t in text.split(",")]
+    except ValueError:
+        ts = []
+    if not ts or min(ts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"'{text}': a comma-separated list of thread counts >= 1, e.g. 1,2")
+    return ts
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_json(cmd, what, timeout, env=None, hint="use fewer --examples"):
+    """Run @cmd, return the JSON object on the last line of its stdout,
+    with "child_cpu_seconds": the CPU time the command used in all."""
+    cpu = children_cpu()
+    try:
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        fail(f"{what} ran past {timeout} s: {' '.join(cmd)}", hint)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        fail(f"{what} exited with {r.returncode}: {' '.join(cmd)}")
+    try:
+        got = json.loads(r.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        fail(f"{what} printed no JSON: {' '.join(cmd)}", r.stderr.strip())
+    got["child_cpu_seconds"] = round(children_cpu() - cpu, 3)
+    return got
+
+
+class BenchLock:
+    """flock(1)'s lock, so that no other benchmark shares the cores."""
+
+    def __init__(self, path):
+        self.path, self.fd = path, None
+
+    def __enter__(self):
+        if self.path:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def torch_versions(python):
+    """The torch module's version and the Debian package's, or a failure
+    that says how to install it."""
+    r = subprocess.run([python, "-c", "import torch, numpy; "
+                        "print(torch.__version__)"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    if r.returncode != 0:
+        fail(f"PyTorch is not importable by {python}: "
+             f"{r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}",
+             f"install Debian's: {INSTALL} (its modules are for "
+             "/usr/bin/python3; or: make perf-deps)", 3)
+    deb = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "python3-torch"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         text=True).stdout.strip()
+    return r.stdout.strip(), deb or "not a Debian package"
+
+
+def check_binary(path):
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        fail(f"--bin '{path}': no such executable",
+             "build it: make -j2 command (or make O=DIR and --bin "
+             "DIR/bin/shadowsync)", 2)
