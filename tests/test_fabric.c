@@ -610,15 +610,21 @@ static int body_killed(struct rank_ctx *c, struct job *job)
 		if (rc == SS_EPEER)
 			break; /* noticed while posting */
 		fail_if(rc != 0, "read: %s", ss_strerror(rc));
-		n = ss_fabric_poll(c->f, &comp, 1, 20000);
+		/*
+		 * Noticed means an error completion, or the peer marked
+		 * failed: a poll that merely times out is no notice.
+		 */
+		do {
+			n = ss_fabric_poll(c->f, &comp, 1, 1000);
+			fail_if(ss_deadline_passed(deadline),
+				"the dead peer was not noticed in 60 s");
+		} while (n == -ETIMEDOUT && ss_fabric_peer_ok(c->f, 1));
 		ss_log_debug("rank 0: read %llu: poll %d, status %d",
 			     (unsigned long long)i, n,
 			     n == 1 ? comp.status : 0);
-		if (n == -ETIMEDOUT || (n == 1 && comp.status != 0))
-			break; /* timed out, or an error completion */
+		if ((n == 1 && comp.status != 0) || !ss_fabric_peer_ok(c->f, 1))
+			break;
 		fail_if(n != 1, "poll: %s", ss_strerror(n));
-		fail_if(ss_deadline_passed(deadline),
-			"the dead peer was not noticed in 60 s");
 	}
 	ss_log_warn("rank 0 noticed the dead peer: %s: %s",
 		    ss_last_error()->what, ss_last_error()->why);

@@ -228,8 +228,16 @@ static int ss_verbs_open(struct ss_fabric *f)
 		goto err;
 	}
 	cqe = f->opts.world * (SS_VERBS_SQ_DEPTH + SS_VERBS_RQ_DEPTH) + 16;
-	if (cqe > v->dev_attr.max_cqe)
+	if (cqe > v->dev_attr.max_cqe) {
+		/* a full CQ overruns: the device then fails it */
+		ss_log_warn("verbs: %s holds %d completions a CQ, fewer than "
+			    "the %d that %d peers can have outstanding: a CQ "
+			    "overrun would fail every peer (fewer ranks per "
+			    "device avoid it)",
+			    ss__verbs_where(v), v->dev_attr.max_cqe, cqe,
+			    f->opts.world - 1);
 		cqe = v->dev_attr.max_cqe;
+	}
 	v->cq = ibv_create_cq(v->ctx, cqe, NULL, NULL, 0);
 	if (!v->cq) {
 		rc = ss_error_set(-errno, NULL, NULL,
@@ -315,7 +323,22 @@ void ss__verbs_peer_down(struct ss_fabric *f, int p, const char *why)
 	vp->sq_used = 0;
 }
 
-/* Read async events: a fatal QP or a port going down fails peers. */
+/* The endpoint cannot reach anyone any more: every peer is failed. */
+static void ss_verbs_lose_every_peer(struct ss_fabric *f, const char *what)
+{
+	struct ss_verbs *v = f->backend;
+
+	ss_log_error("verbs: %s on %s: every peer is lost", what,
+		     ss__verbs_where(v));
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && !f->peers[p].failed)
+			ss__verbs_peer_down(f, p, what);
+}
+
+/*
+ * Read async events: a fatal QP fails its peer; a CQ error, a port going
+ * down or a fatal device fails them all.
+ */
 static void ss_verbs_async_events(struct ss_fabric *f)
 {
 	struct ss_verbs *v = f->backend;
@@ -332,13 +355,10 @@ static void ss_verbs_async_events(struct ss_fabric *f)
 				if (v->peers[p].qp == ev.element.qp)
 					ss__verbs_peer_down(f, p, what);
 			break;
+		case IBV_EVENT_CQ_ERR: /* one CQ for every peer */
 		case IBV_EVENT_PORT_ERR:
 		case IBV_EVENT_DEVICE_FATAL:
-			ss_log_error("verbs: %s on %s: every peer is lost",
-				     what, ss__verbs_where(v));
-			for (int p = 0; p < f->opts.world; p++)
-				if (p != f->opts.rank)
-					ss__verbs_peer_down(f, p, what);
+			ss_verbs_lose_every_peer(f, what);
 			break;
 		default:
 			ss_log_info("verbs: async event %s on %s", what,
@@ -354,14 +374,22 @@ static int ss_verbs_status(enum ibv_wc_status status)
 	return status == IBV_WC_REM_ACCESS_ERR ? SS_EREMOTE : SS_EPEER;
 }
 
-static void ss_verbs_repost_recv(struct ss_verbs *v, int p)
+static void ss_verbs_repost_recv(struct ss_fabric *f, int p)
 {
+	struct ss_verbs *v = f->backend;
 	struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV | ((uint64_t)p << 32) },
 			   *bad;
 
-	if (v->peers[p].qp && ibv_post_recv(v->peers[p].qp, &wr, &bad))
-		ss_log_warn("verbs: ibv_post_recv for peer %d: %s", p,
-			    strerror(errno));
+	int err = v->peers[p].qp ? ibv_post_recv(v->peers[p].qp, &wr, &bad) : 0;
+
+	/* the return value is the error; a peer that cannot take our
+	 * receives would stall its sends on RNR: it is failed */
+	if (err) {
+		char why[128];
+
+		snprintf(why, sizeof(why), "ibv_post_recv: %s", strerror(err));
+		ss__verbs_peer_down(f, p, why);
+	}
 }
 
 /* A completion of a user operation; 1 when it goes to the caller. */
@@ -414,12 +442,13 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 		int want = max - n < 32 ? max - n : 32;
 		int got = ibv_poll_cq(v->cq, want, wc);
 
-		if (got <= 0) {
-			if (got < 0)
-				ss_log_error("verbs: ibv_poll_cq failed on %s",
-					     ss__verbs_where(v));
+		if (got < 0) {
+			/* the one CQ is broken: nothing more completes */
+			ss_verbs_lose_every_peer(f, "ibv_poll_cq failed");
 			break;
 		}
+		if (got == 0)
+			break;
 		for (int i = 0; i < got; i++) {
 			int p = SS_WR_PEER(wc[i].wr_id);
 
@@ -440,7 +469,7 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 				    SS_IMM_RESERVED) {
 					/* the peer has finished connecting */
 					v->peers[p].ready_seen = true;
-					ss_verbs_repost_recv(v, p);
+					ss_verbs_repost_recv(f, p);
 					continue;
 				}
 				out[n].wr_id = 0;
@@ -449,7 +478,7 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 				out[n].status = 0;
 				out[n].imm = be32toh(wc[i].imm_data);
 				n++;
-				ss_verbs_repost_recv(v, p);
+				ss_verbs_repost_recv(f, p);
 			} else if (wc[i].wr_id & SS_WR_TABLE) {
 				/* connecting: seq 0 reads the peer's table,
 				 * seq 1 tells it we are ready */
@@ -603,9 +632,12 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 			if (op->op != SS_OP_READ && len && len <= v->max_inline)
 				wr->send_flags |= IBV_SEND_INLINE;
 		}
-		if (ibv_post_send(vp->qp, wrs, &bad)) {
+		/* the return value is the error: errno need not be set */
+		int err = ibv_post_send(vp->qp, wrs, &bad);
+
+		if (err) {
 			rc = ss_error_set(
-				errno ? -errno : -EIO, NULL,
+				-err, NULL,
 				"too many operations in flight, or the queue pair is in error",
 				"ibv_post_send of %s to peer %d (%s) on %s",
 				ss_op_name(op->op), op->peer,

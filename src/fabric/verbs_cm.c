@@ -81,8 +81,10 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 						   ((uint64_t)p << 32) },
 				   *bad;
 
-		if (ibv_post_recv(vp->qp, &wr, &bad))
-			return ss_error_set(-errno, NULL, NULL,
+		int err = ibv_post_recv(vp->qp, &wr, &bad);
+
+		if (err) /* the return value is the error, not errno */
+			return ss_error_set(-err, NULL, NULL,
 					    "ibv_post_recv for peer %d", p);
 	}
 	vp->id = id;
@@ -154,7 +156,14 @@ int ss__verbs_qp_ready(struct ss_fabric *f, int p)
 		attr.path_mtu = vp->path_mtu;
 	vp->path_mtu = attr.path_mtu;
 	attr.max_dest_rd_atomic = vp->rd_atom;
-	mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MTU;
+	/*
+	 * The longest RNR wait (491 ms) a sender takes before its next try:
+	 * with rnr_retry_count 6, a peer that has not reposted receives for
+	 * about 3 s fails the sender's operation instead of stalling it.
+	 */
+	attr.min_rnr_timer = 31;
+	mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MTU |
+		IBV_QP_MIN_RNR_TIMER;
 	if (attr.ah_attr.is_global) {
 		gid = ss_pick_gid(f, attr.ah_attr.grh.sgid_index);
 		attr.ah_attr.grh.sgid_index = (uint8_t)gid;
@@ -207,7 +216,13 @@ static void ss_conn_param(struct ss_fabric *f, int p, const void *hello,
 	param->responder_resources = rd;
 	param->initiator_depth = rd;
 	param->retry_count = 7;
-	param->rnr_retry_count = 7;
+	/*
+	 * 7 would retry a receiver not ready for ever; 6 gives up after six
+	 * RNR waits (the receiver's min_rnr_timer, 491 ms: about 3 s) and
+	 * completes the operation with an error, so a peer that stopped
+	 * posting receives cannot hold a sender.
+	 */
+	param->rnr_retry_count = 6;
 	param->qp_num = v->peers[p].qp->qp_num;
 }
 
@@ -303,11 +318,14 @@ static int ss_post_internal_one(struct ss_fabric *f, int p, bool ready)
 				  .send_flags = IBV_SEND_SIGNALED },
 			   *bad;
 
+	int err;
+
 	wr.wr.rdma.remote_addr = vp->hello.table_addr;
 	wr.wr.rdma.rkey = vp->hello.table_rkey;
 	wr.imm_data = htobe32(SS_IMM_RESERVED);
-	if (ibv_post_send(vp->qp, &wr, &bad))
-		return ss_error_set(-errno, NULL, NULL,
+	err = ibv_post_send(vp->qp, &wr, &bad);
+	if (err) /* the return value is the error, not errno */
+		return ss_error_set(-err, NULL, NULL,
 				    "posting to peer %d on %s while connecting",
 				    p, ss__verbs_where(v));
 	vp->sq_used++;
