@@ -16,6 +16,18 @@ void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
 		ss__shard_len(s, s->rank));
 }
 
+void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto)
+{
+	for (int p = 0; p < s->world; p++) {
+		uint32_t round = s->seen[SS_MSG_EASGD][p];
+
+		if (s->easgd_early[p] && ss__rounds_after(round, upto) <= 0) {
+			ss__easgd_apply_delta(s, p, round);
+			s->easgd_early[p] = false;
+		}
+	}
+}
+
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 {
 	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
@@ -25,10 +37,7 @@ int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 	float alpha = (float)s->opts.alpha;
 
 	/* Deltas that came while we were still in the previous round. */
-	for (int p = 0; p < s->world; p++)
-		if (p != s->rank &&
-		    s->seen[SS_MSG_EASGD][p] == (s->round & 0x0fffffffu))
-			ss__easgd_apply_delta(s, p, s->round);
+	ss__easgd_apply_early(s, s->round);
 
 	/* 1. Read every owner's center shard into AVG. */
 	for (int p = 0; p < s->world; p++) {

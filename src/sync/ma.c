@@ -8,8 +8,8 @@
  * round.  Traffic per rank and round: 2 (N-1)/N n floats.
  *
  * S-BMUF is this round with a block-momentum step on each owner between
- * its average and the all-gather: G = avg - w_g, D = eta D + zeta G,
- * w_g += D, and the target w_g (or w_g + eta D with Nesterov) goes to
+ * its average and the all-gather: G = avg - the last target, D = eta D +
+ * zeta G, w_g += D, and the target w_g (or w_g + eta D with Nesterov) goes to
  * every rank instead of the average; then w += target - snapshot.  The
  * owner holds w_g and D of its shard, the only copy, so every rank applies
  * the same target whichever contributions arrived.

@@ -176,8 +176,9 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	s->epoch = calloc((size_t)s->world, sizeof(uint32_t));
 	s->joining = calloc((size_t)s->world, sizeof(bool));
 	s->barrier_sent = calloc((size_t)s->world, sizeof(bool));
+	s->easgd_early = calloc((size_t)s->world, sizeof(bool));
 	if (!s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->barrier_sent) {
+	    !s->joining || !s->barrier_sent || !s->easgd_early) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
 		goto err;
 	}
@@ -222,6 +223,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->joining);
 	free(s->barrier_sent);
 	free(s->reads_ok);
+	free(s->easgd_early);
 	free(s->left_out);
 	free(s->w_g);
 	free(s->momentum);
@@ -285,12 +287,17 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 	 * An S-EASGD delta of this round, or a late one of a round that gave
 	 * up on its sender, is applied now: the sender has taken it off its
 	 * replica, so dropping it would lose that mass from replicas plus
-	 * center.  One of a round we have yet to start waits for it.
+	 * center.  One of a round we have yet to reach waits for it
+	 * (ss__easgd_apply_early).
 	 */
-	if (kind == SS_MSG_EASGD && (int32_t)((round - s->round) << 4) <= 0) {
-		ss__easgd_apply_delta(s, c->peer, round);
-		if (round != (s->round & 0x0fffffffu))
+	if (kind == SS_MSG_EASGD) {
+		int32_t ahead = ss__rounds_after(round, s->round);
+
+		if (ahead <= 0)
+			ss__easgd_apply_delta(s, c->peer, round);
+		if (ahead < 0)
 			return; /* late: seen[] keeps the newer round */
+		s->easgd_early[c->peer] = ahead > 0;
 	}
 	s->seen[kind][c->peer] = round;
 }
@@ -398,23 +405,6 @@ static size_t ss_barrier_word(const struct ss_sync *s, int p)
 }
 
 /*
- * S-EASGD deltas of the rounds up to @top that a barrier jumps over: they
- * came early, for a round after ours, and wait for it, but we continue
- * from @top + 1.  Their senders have taken them off their replicas.
- */
-static void ss_easgd_skipped_deltas(struct ss_sync *s, uint32_t top)
-{
-	for (int p = 0; p < s->world; p++) {
-		uint32_t r = s->seen[SS_MSG_EASGD][p];
-		int32_t ahead = (int32_t)((r - s->round) << 4) >> 4;
-		int32_t span = (int32_t)((top - s->round) << 4) >> 4;
-
-		if (p != s->rank && ahead > 0 && ahead <= span)
-			ss__easgd_apply_delta(s, p, r);
-	}
-}
-
-/*
  * The barrier also lines the ranks' round numbers up: after a shadow thread
  * stopped, ranks may be a round apart.  Each sends its round in its word of
  * the peers' inboxes; all continue from the largest plus one, past any
@@ -429,11 +419,12 @@ int ss_sync_barrier(struct ss_sync *s)
 	uint64_t joins = 0;
 	int rc = 0;
 
-	/* S-EASGD deltas that came early for the round the barrier skips. */
-	for (int p = 0; p < s->world; p++)
-		if (p != s->rank &&
-		    s->seen[SS_MSG_EASGD][p] == (s->round & 0x0fffffffu))
-			ss__easgd_apply_delta(s, p, s->round);
+	/*
+	 * S-EASGD deltas that came early for the round the barrier skips:
+	 * now, before the peers can leave the barrier and send the next ones
+	 * into the same slots.
+	 */
+	ss__easgd_apply_early(s, s->round);
 	memcpy(s->snap, &s->round, sizeof(uint32_t));
 	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
 	/* A peer that comes back while we wait gets our message then. */
@@ -481,7 +472,8 @@ int ss_sync_barrier(struct ss_sync *s)
 		s->joins += joins;
 		pthread_mutex_unlock(&s->lock);
 	}
-	ss_easgd_skipped_deltas(s, top);
+	/* and those for the later rounds it jumps over */
+	ss__easgd_apply_early(s, top);
 	s->round = top + 1;
 	s->barrier_seq++;
 	if (rc < 0)

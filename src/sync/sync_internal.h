@@ -71,6 +71,9 @@ struct ss_sync {
 	uint32_t *ctrl; /* the barrier words in the inbox */
 	int outstanding; /* our operations not yet completed */
 	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
+	/* S-EASGD: the peer's delta (of round seen[]) came for a round we
+	 * have yet to reach, and waits in its slot */
+	bool *easgd_early;
 	bool *left_out; /* reported as left out, until it answers again */
 	/*
 	 * The fabric epoch of each peer when it last came to a barrier: a
@@ -131,16 +134,25 @@ static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
 }
 
 /*
+ * How many rounds @a is after @b, negative when before: round numbers
+ * travel in 28 bits and wrap.
+ */
+static inline int32_t ss__rounds_after(uint32_t a, uint32_t b)
+{
+	return (int32_t)((a - b) << 4) >> 4;
+}
+
+/*
  * Whether @p's message of @kind for the current round has come: its last
- * one names this round or a later one (28-bit round numbers wrap).  A peer
- * can be a barrier, or an S-EASGD round, ahead of us, and its newer
- * message then stands for the one we wait for.
+ * one names this round or a later one.  A peer can be a barrier, or an
+ * S-EASGD round, ahead of us, and its newer message then stands for the
+ * one we wait for.
  */
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
 	uint32_t now = kind == SS_MSG_BARRIER ? s->barrier_seq : s->round;
 
-	return (int32_t)((s->seen[kind][p] - now) << 4) >= 0;
+	return ss__rounds_after(s->seen[kind][p], now) >= 0;
 }
 
 /*
@@ -202,6 +214,12 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res);
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res);
 int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res);
 void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round);
+/*
+ * ss__easgd_apply_early() - the deltas that came early, for rounds up to
+ * @upto: at the start of a round (@upto its own), and at the end of a
+ * barrier (@upto the largest round it jumps over).
+ */
+void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto);
 
 /*
  * The kernels.  They touch the replica while trainers write it: benign

@@ -62,30 +62,26 @@ int ss_metrics_compute(const float *p, const float *y, size_t n,
 
 	if (n == 0)
 		return ss_error_set(-EINVAL, "no examples", NULL, "metrics");
-	m->count = n;
 	m->not_numbers = 0;
 	for (size_t i = 0; i < n; i++) {
-		sum_y += y[i];
+		double q = fmin(fmax(p[i], 1e-7), 1 - 1e-7);
+
 		m->not_numbers += !isfinite(p[i]);
+		ll -= y[i] ? log(q) : log(1 - q);
+		sum_p += p[i];
+		sum_y += y[i];
 	}
+	m->count = n;
 	m->ctr = sum_y / (double)n;
 	if (m->not_numbers) {
 		/* fmin/fmax and the sort would pass NaN off as numbers */
 		m->log_loss = m->ne = m->auc = m->calibration = NAN;
 		return 0;
 	}
-	sum_y = 0;
 	sorted = malloc(n * sizeof(*sorted));
 	if (!sorted)
 		return ss_error_set(-ENOMEM, NULL, NULL, "AUC of %zu examples",
 				    n);
-	for (size_t i = 0; i < n; i++) {
-		double q = fmin(fmax(p[i], 1e-7), 1 - 1e-7);
-
-		ll -= y[i] ? log(q) : log(1 - q);
-		sum_p += p[i];
-		sum_y += y[i];
-	}
 	m->log_loss = ll / (double)n;
 	m->ne = ss_normalized_entropy(m->log_loss, m->ctr);
 	m->calibration = sum_y > 0 ? sum_p / sum_y : NAN;

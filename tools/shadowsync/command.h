@@ -42,8 +42,8 @@ int ss_cmd_model_option(const char *option, const char *arg,
  * ss_cmd_model_top_spelling() - accept --top written the DLRM way, with the
  * top MLP's input first (367-512-256-1 for emb-dim 16): a first size equal
  * to that input is dropped and said so.  Call once every model option is
- * in.  Returns 1 when it dropped one, else 0.
+ * in.
  */
-int ss_cmd_model_top_spelling(struct ss_model_config *m);
+void ss_cmd_model_top_spelling(struct ss_model_config *m);
 
 #endif /* SS_COMMAND_H */

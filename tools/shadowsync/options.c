@@ -45,17 +45,16 @@ int ss_cmd_model_option(const char *option, const char *arg,
 	return rc;
 }
 
-int ss_cmd_model_top_spelling(struct ss_model_config *m)
+void ss_cmd_model_top_spelling(struct ss_model_config *m)
 {
 	int in = ss_model_top_input(m);
 
 	if (m->n_top < 2 || m->top[0] != in)
-		return 0;
+		return;
 	ss_log_info("--top: taking its first size, %d, as the top MLP's input "
 		    "(the interaction's output, as DLRM writes it), not as a "
 		    "layer",
 		    in);
 	memmove(m->top, m->top + 1, (size_t)(m->n_top - 1) * sizeof(int));
 	m->n_top--;
-	return 1;
 }
