@@ -122,8 +122,11 @@ size_t ss__page_round(size_t len);
  * once connected.
  */
 #define SS_HELLO_MAGIC 0x5353594eu /* "SSYN" */
-/* 2: the shm control block after the hello holds its owner's start time */
-#define SS_HELLO_VERSION 2
+/*
+ * 2: the shm control block after the hello holds its owner's start time;
+ * 3: the sync layer's barriers have a second half (SS_MSG_BARRIER_DONE).
+ */
+#define SS_HELLO_VERSION 3
 
 struct ss__hello {
 	uint64_t job_key;

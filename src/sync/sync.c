@@ -382,7 +382,7 @@ int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 		s->fabric, p, s->r[local], local_off * sizeof(float), remote,
 		remote_off * sizeof(float), floats * sizeof(float),
 		SS_IMM(kind,
-		       kind == SS_MSG_BARRIER ? s->barrier_seq : s->round),
+		       ss__counts_barriers(kind) ? s->barrier_seq : s->round),
 		(uint64_t)p);
 
 	if (rc == 0)
@@ -402,6 +402,40 @@ int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 static size_t ss_barrier_word(const struct ss_sync *s, int p)
 {
 	return (size_t)(s->barrier_seq & 1) * (size_t)s->world + (size_t)p;
+}
+
+/*
+ * The barrier's second half.  A peer's barrier message comes after
+ * everything it sent before it (one ordered queue pair), so once we have
+ * every peer's, we have consumed what they sent for earlier rounds, and
+ * say so (DONE).  Nobody leaves before every peer it met here has said
+ * so: a rank that left as soon as it had the barrier messages could send
+ * its next round into an inbox slot whose previous message the slower
+ * peer had yet to read (an S-EASGD delta then counted twice and another
+ * lost; the round after a barrier often has the parity of the one before).
+ */
+static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
+{
+	bool all;
+
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_BARRIER_DONE);
+	do {
+		all = true;
+		for (int p = 0; p < s->world; p++)
+			if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
+			    ss_fabric_peer_ok(s->fabric, p) &&
+			    !ss__got(s, SS_MSG_BARRIER_DONE, p))
+				all = false;
+		if (!all && ss_deadline_passed(deadline))
+			return -ETIMEDOUT;
+		if (!all)
+			ss__pump(s, 1);
+	} while (!all);
+	ss__wait_sends(s, deadline);
+	return 0;
 }
 
 /*
@@ -456,6 +490,8 @@ int ss_sync_barrier(struct ss_sync *s)
 		ss__pump(s, 1);
 	}
 	ss__wait_sends(s, deadline);
+	if (ss_barrier_done(s, deadline) < 0)
+		rc = -ETIMEDOUT;
 	for (int p = 0; p < s->world; p++) {
 		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
 			if (s->ctrl[ss_barrier_word(s, p)] > top)

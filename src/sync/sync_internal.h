@@ -39,6 +39,8 @@ enum ss_msg {
 	SS_MSG_BARRIER,
 	SS_MSG_STOP, /* my shadow thread stopped: do not wait for me */
 	SS_MSG_JOIN, /* I (re)started while you run: barrier, let me in */
+	SS_MSG_BARRIER_DONE, /* I have every peer's barrier message, and with
+			      * it all it sent before: you may leave */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -142,6 +144,12 @@ static inline int32_t ss__rounds_after(uint32_t a, uint32_t b)
 	return (int32_t)((a - b) << 4) >> 4;
 }
 
+/* Whether messages of @kind carry the barrier's number, not the round's. */
+static inline bool ss__counts_barriers(int kind)
+{
+	return kind == SS_MSG_BARRIER || kind == SS_MSG_BARRIER_DONE;
+}
+
 /*
  * Whether @p's message of @kind for the current round has come: its last
  * one names this round or a later one.  A peer can be a barrier, or an
@@ -150,7 +158,7 @@ static inline int32_t ss__rounds_after(uint32_t a, uint32_t b)
  */
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
-	uint32_t now = kind == SS_MSG_BARRIER ? s->barrier_seq : s->round;
+	uint32_t now = ss__counts_barriers(kind) ? s->barrier_seq : s->round;
 
 	return ss__rounds_after(s->seen[kind][p], now) >= 0;
 }
