@@ -188,6 +188,13 @@ static inline bool ss__readable(const struct ss_sync *s, int p)
 	       s->epoch[p] == ss_fabric_peer_epoch(s->fabric, p);
 }
 
+/*
+ * ss__expected() - whether @p should send @kind now: at barriers every
+ * connected peer (a stopped shadow thread, a new process joining), in
+ * rounds those alive.
+ */
+bool ss__expected(const struct ss_sync *s, int kind, int p);
+
 /* ss__join_wanted() - whether a connected peer asked to join. */
 bool ss__join_wanted(const struct ss_sync *s);
 

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The barrier: every live rank comes, the round numbers line up, and a
+ * new process of a rank is let in.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "sync_internal.h"
+
+/*
+ * The word of @p's round in a barrier: two per peer, by the barrier's
+ * parity, because a peer can be one barrier ahead of us, and its round
+ * for the next one must not overwrite the one it sent for this one (we
+ * then took the next barrier's round for this one's, and came out a round
+ * ahead of the others).
+ */
+static size_t ss_barrier_word(const struct ss_sync *s, int p)
+{
+	return (size_t)(s->barrier_seq & 1) * (size_t)s->world + (size_t)p;
+}
+
+/*
+ * The barrier's second half.  A peer's barrier message comes after
+ * everything it sent before it (one ordered queue pair), so once we have
+ * every peer's, we have consumed what they sent for earlier rounds, and
+ * say so (DONE).  Nobody leaves before every peer it met here has said
+ * so: a rank that left as soon as it had the barrier messages could send
+ * its next round into an inbox slot whose previous message the slower
+ * peer had yet to read (an S-EASGD delta then counted twice and another
+ * lost; the round after a barrier often has the parity of the one before).
+ */
+static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
+{
+	bool all;
+
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_BARRIER_DONE);
+	do {
+		all = true;
+		for (int p = 0; p < s->world; p++)
+			if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
+			    ss_fabric_peer_ok(s->fabric, p) &&
+			    !ss__got(s, SS_MSG_BARRIER_DONE, p))
+				all = false;
+		if (!all && ss_deadline_passed(deadline))
+			return -ETIMEDOUT;
+		if (!all)
+			ss__pump(s, 1);
+	} while (!all);
+	ss__wait_sends(s, deadline);
+	return 0;
+}
+
+/*
+ * The barrier also lines the ranks' round numbers up: after a shadow thread
+ * stopped, ranks may be a round apart.  Each sends its round in its word of
+ * the peers' inboxes; all continue from the largest plus one, past any
+ * round a peer gave up half-way.  It is also where a new process of a rank
+ * is let in: from here it takes part in rounds.
+ */
+int ss_sync_barrier(struct ss_sync *s)
+{
+	unsigned wait = 4 * s->opts.round_timeout_ms + 5000;
+	uint64_t deadline = ss_deadline_ns(wait);
+	uint32_t top = s->round;
+	uint64_t joins = 0;
+	int rc = 0;
+
+	/*
+	 * S-EASGD deltas that came early for the round the barrier skips:
+	 * now, before the peers can leave the barrier and send the next ones
+	 * into the same slots.
+	 */
+	ss__easgd_apply_early(s, s->round);
+	memcpy(s->snap, &s->round, sizeof(uint32_t));
+	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
+	/* A peer that comes back while we wait gets our message then. */
+	for (;;) {
+		bool all = true;
+
+		for (int p = 0; p < s->world; p++) {
+			if (!ss__expected(s, SS_MSG_BARRIER, p))
+				continue;
+			if (!s->barrier_sent[p]) {
+				s->barrier_sent[p] = true;
+				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
+					 2 * (size_t)s->world * s->shard_max +
+						 ss_barrier_word(s, s->rank),
+					 1, SS_MSG_BARRIER);
+			}
+			all = all && ss__got(s, SS_MSG_BARRIER, p);
+		}
+		if (all)
+			break;
+		if (ss_deadline_passed(deadline)) {
+			for (int p = 0; p < s->world; p++)
+				if (ss__expected(s, SS_MSG_BARRIER, p) &&
+				    !ss__got(s, SS_MSG_BARRIER, p))
+					ss__leave_out(s, p, "no answer");
+			rc = -ETIMEDOUT;
+			break;
+		}
+		ss__pump(s, 1);
+	}
+	ss__wait_sends(s, deadline);
+	if (ss_barrier_done(s, deadline) < 0)
+		rc = -ETIMEDOUT;
+	for (int p = 0; p < s->world; p++) {
+		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
+			if (s->ctrl[ss_barrier_word(s, p)] > top)
+				top = s->ctrl[ss_barrier_word(s, p)];
+			/* in rounds from here on, as the process it is now */
+			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
+			joins += s->joining[p];
+			s->joining[p] = false;
+		}
+		s->paused[p] = false;
+	}
+	if (joins) {
+		pthread_mutex_lock(&s->lock);
+		s->joins += joins;
+		pthread_mutex_unlock(&s->lock);
+	}
+	/* and those for the later rounds it jumps over */
+	ss__easgd_apply_early(s, top);
+	s->round = top + 1;
+	s->barrier_seq++;
+	if (rc < 0)
+		return ss_error_set(rc, "a peer did not arrive", NULL,
+				    "sync barrier %u of rank %d",
+				    s->barrier_seq - 1, s->rank);
+	return 0;
+}

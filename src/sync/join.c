@@ -1,0 +1,119 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The start of the rounds: a barrier at a fresh start, or joining ranks
+ * that run already (a restarted or late rank), reseeding from one.
+ */
+#include <endian.h>
+#include <errno.h>
+#include <string.h>
+
+#include "sync_internal.h"
+
+/*
+ * Our shard of the S-EASGD center and of the S-BMUF global model start
+ * from the replica.
+ */
+static void ss_sync_state_from_replica(struct ss_sync *s)
+{
+	size_t own = ss__shard_off(s, s->rank),
+	       own_len = ss__shard_len(s, s->rank);
+
+	ss__copy(s->center, s->w + own, own_len);
+	if (s->w_g) {
+		ss__copy(s->w_g, s->w + own, own_len);
+		memset(s->momentum, 0, own_len * sizeof(float));
+	}
+}
+
+/*
+ * The first connected peer that has begun (the job runs already: we were
+ * restarted, or came late), or -1: its STATE read into SNAP.  No peer can
+ * have begun at a fresh start, because its begin barrier waits for us.
+ */
+static int ss_sync_find_running(struct ss_sync *s)
+{
+	struct ss__state *st = (struct ss__state *)s->snap;
+
+	for (int p = 0; p < s->world; p++) {
+		uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+
+		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
+			continue;
+		memset(st, 0, sizeof(*st));
+		s->reads_ok[p] = false;
+		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0, SS_R_STATE,
+				   0, sizeof(*st), (uint64_t)p))
+			continue;
+		s->outstanding++;
+		ss__wait_sends(s, deadline);
+		if (s->reads_ok[p] && be32toh(st->began) == SS_STATE_BEGAN)
+			return p;
+	}
+	return -1;
+}
+
+/*
+ * Join ranks that run already, through @h, which has begun: ask every
+ * peer to let us in (each runs a barrier before its next round), wait
+ * until @h is in that barrier (its replica no longer moves with rounds),
+ * READ its replica into ours, start the S-EASGD center and S-BMUF state
+ * from it, and only then come to the barrier ourselves, with @h's barrier
+ * number: from the round after it we contribute like everyone.
+ */
+static int ss_sync_join(struct ss_sync *s, int h)
+{
+	uint64_t deadline = ss_deadline_ns(4 * s->opts.round_timeout_ms + 5000);
+
+	ss_log_warn(
+		"sync: rank %d starts while rank %d runs: joining, reseeding from rank %d",
+		s->rank, h, h);
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_JOIN);
+	while (s->seen[SS_MSG_BARRIER][h] == 0x0fffffffu) {
+		if (ss_deadline_passed(deadline) ||
+		    !ss_fabric_peer_ok(s->fabric, h))
+			return ss_error_set(
+				-ETIMEDOUT, "it did not let us in",
+				"see that rank's own messages; start this rank again",
+				"sync: rank %d joining through rank %d",
+				s->rank, h);
+		ss__pump(s, 1);
+	}
+	s->reads_ok[h] = false;
+	if (ss_fabric_read(s->fabric, h, s->r[SS_R_PARAMS], 0, SS_R_PARAMS, 0,
+			   s->n * sizeof(float), (uint64_t)h) == 0) {
+		s->outstanding++;
+		ss__wait_sends(s, deadline);
+	}
+	if (!s->reads_ok[h])
+		return ss_error_set(
+			-ETIMEDOUT, "its replica did not arrive",
+			"start this rank again; it reseeds from a healthy peer",
+			"sync: rank %d reseeding %zu floats from rank %d",
+			s->rank, s->n, h);
+	ss_sync_state_from_replica(s);
+	pthread_mutex_lock(&s->lock);
+	s->reseeds++;
+	pthread_mutex_unlock(&s->lock);
+	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
+		    h);
+	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
+	return ss_sync_barrier(s);
+}
+
+int ss_sync_begin(struct ss_sync *s)
+{
+	int h, rc;
+
+	ss_sync_state_from_replica(s);
+	s->begin_ns = ss_now_ns();
+	s->last_iterations = atomic_load(&s->iterations);
+	h = ss_sync_find_running(s);
+	/* After this barrier every rank's center is in place. */
+	rc = h < 0 ? ss_sync_barrier(s) : ss_sync_join(s, h);
+	if (rc == 0)
+		s->state->began = htobe32(SS_STATE_BEGAN);
+	return rc;
+}
