@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ranks.h"
@@ -142,6 +143,26 @@ static int body_lockstep(struct ss_sync *s, int rank, struct job *job)
 	return 0;
 }
 
+/*
+ * A real stop, from outside: a child of the calling rank sends it SIGSTOP
+ * @stops times, each after @before_ms, for @stopped_ms, then SIGCONT.
+ * Returns the child's pid (to wait for), or -1.
+ */
+static pid_t stop_me(int stops, unsigned before_ms, unsigned stopped_ms)
+{
+	pid_t parent = getpid(), child = fork();
+
+	if (child != 0)
+		return child;
+	for (int i = 0; i < stops; i++) {
+		ss_sleep_ns((uint64_t)before_ms * 1000000ull);
+		kill(parent, SIGSTOP);
+		ss_sleep_ns((uint64_t)stopped_ms * 1000000ull);
+		kill(parent, SIGCONT);
+	}
+	_exit(0);
+}
+
 /* ---- S-MA: the exact mean in one round ---------------------------------- */
 
 static void ma_exact_mean(int world)
@@ -205,6 +226,166 @@ Test(sync, ma_synchronizes_only_the_prefix_given, .timeout = 180)
 					   "rank %d element %zu: %f, want %f",
 					   r, i, job.out[r][i], want);
 		}
+}
+
+/*
+ * No torn average, and no message used for another round than its own:
+ * 3 ranks of S-MA, round timeout 150 ms, rank 2 stopped by SIGSTOP three
+ * times for 400 ms (past two timeouts) at whatever point of its rounds.
+ * Before each round every rank fills its replica with one constant,
+ * distinct per rank and round; each records the value of every shard
+ * after the round.  Every shard must then be constant, and its value the
+ * mean of whole snapshots of that very round: of a subset of the ranks
+ * that holds the shard's owner (an average that came), or the rank's own
+ * snapshot alone (an owner that did not answer).
+ */
+#define TORN_ROUNDS 40
+#define TORN_TIMEOUT_MS 150
+#define TORN_MAX_ROUND 256
+
+struct torn_record {
+	/* fill of each rank in each round it ran, NAN when it did not */
+	float fill[MAXW][TORN_MAX_ROUND];
+	/* after rank r's round R, its value of shard k; NAN: not constant */
+	float shard[MAXW][TORN_MAX_ROUND][MAXW];
+	bool ran[MAXW][TORN_MAX_ROUND];
+};
+
+static struct torn_record *torn_rec;
+
+static float torn_fill(int rank, int k)
+{
+	return 16.0f * (float)(k + 1) + (float)(1 << rank);
+}
+
+static int body_torn(struct ss_sync *s, int rank, struct job *job)
+{
+	pid_t stopper = rank == 2 ? stop_me(3, 200, 400) : -1;
+	float *w = ss_sync_params(s);
+
+	for (int k = 0; k < TORN_ROUNDS; k++) {
+		struct ss_sync_stats before, after;
+		float fill = torn_fill(rank, k);
+		uint32_t round;
+
+		for (int i = 0; i < NPARAMS; i++)
+			w[i] = fill;
+		ss_sync_get_stats(s, &before);
+		fail_if(ss_sync_round(s), "round %d", k);
+		ss_sync_get_stats(s, &after);
+		round = s->round - 1;
+		if (after.rounds == before.rounds || round >= TORN_MAX_ROUND)
+			continue; /* did not run a round */
+		torn_rec->fill[rank][round] = fill;
+		torn_rec->ran[rank][round] = true;
+		for (int q = 0; q < job->world; q++) {
+			size_t off = ss__shard_off(s, q);
+			float v = w[off];
+
+			for (size_t i = 1; i < ss__shard_len(s, q); i++)
+				if (w[off + i] != v)
+					v = NAN; /* torn */
+			torn_rec->shard[rank][round][q] = v;
+		}
+		ss_sleep_ns(5000000);
+	}
+	if (stopper > 0)
+		waitpid(stopper, NULL, 0);
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+/* Whether @v is the mean of round @R's snapshots of a subset with @owner. */
+static bool torn_is_mean(int world, int R, int owner, float v)
+{
+	for (unsigned set = 1; set < 1u << world; set++) {
+		double sum = 0;
+		int n = 0;
+
+		if (!(set & 1u << owner))
+			continue;
+		for (int q = 0; q < world && n >= 0; q++) {
+			if (!(set & 1u << q))
+				continue;
+			if (!torn_rec->ran[q][R])
+				n = -1; /* q ran no round R: no snapshot */
+			else
+				sum += torn_rec->fill[q][R], n++;
+		}
+		if (n > 0 && fabs(sum / n - v) < 1e-3)
+			return true;
+	}
+	return false;
+}
+
+Test(sync, no_torn_average_with_a_rank_stopped_by_sigstop, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_torn,
+			   .init = init_distinct };
+	int checked = 0;
+
+	torn_rec = mmap(NULL, sizeof(*torn_rec), PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(torn_rec, MAP_FAILED);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = TORN_TIMEOUT_MS;
+	run(&job);
+	for (int r = 0; r < 3; r++)
+		for (int R = 0; R < TORN_MAX_ROUND; R++) {
+			if (!torn_rec->ran[r][R])
+				continue;
+			for (int k = 0; k < 3; k++) {
+				float v = torn_rec->shard[r][R][k];
+
+				cr_assert(!isnan(v),
+					  "rank %d round %d: shard %d is torn",
+					  r, R, k);
+				cr_assert(torn_is_mean(3, R, k, v) ||
+						  v == torn_rec->fill[r][R],
+					  "rank %d round %d: shard %d is %f, "
+					  "no mean of round %d's snapshots",
+					  r, R, k, v, R);
+				checked++;
+			}
+		}
+	cr_assert_gt(checked, 3 * 3 * 20, "only %d shard-rounds", checked);
+	cr_assert_gt(job.stats[0].rounds_partial, 0,
+		     "the stops never left rank 2 out");
+}
+
+/*
+ * The round timeout, when not set, fits the work: a peer that has shown
+ * 1000 bytes/s makes a round of S-MA over 1000 floats (2 x 500 floats to
+ * and from each peer) wait 5 s + 4 x 4000 / 1000 s; a set one stays.
+ */
+static int body_timeout(struct ss_sync *s, int rank, struct job *job)
+{
+	struct ss_sync_stats st;
+	unsigned want = job->opts.round_timeout_ms ?
+				job->opts.round_timeout_ms :
+				5000 + 4 * 4000;
+
+	(void)job;
+	s->bandwidth[1 - rank] = 1000; /* as if measured */
+	fail_if(ss_sync_round(s), "round");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.round_timeout_ms != want, "round timeout %u ms, want %u",
+		st.round_timeout_ms, want);
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, round_timeout_grows_with_bytes_over_bandwidth, .timeout = 180)
+{
+	struct job job = { .world = 2,
+			   .body = body_timeout,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	run(&job);
+	job.opts.round_timeout_ms = 700;
+	run(&job);
 }
 
 /* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
@@ -357,6 +538,7 @@ struct easgd_record {
 };
 
 static struct easgd_record *easgd_rec;
+static bool easgd_sigstop; /* rank 1 late by a SIGSTOP, not a sleep */
 
 static void easgd_save(struct ss_sync *s, int rank, int check)
 {
@@ -377,11 +559,17 @@ static int body_easgd_conserves(struct ss_sync *s, int rank, struct job *job)
 	easgd_save(s, rank, check++);
 	for (int round = 0; round < EASGD_ROUNDS; round++) {
 		bool late = round == 5 && rank == 1;
+		pid_t stopper = -1;
 
-		if (late) /* past the others' round timeout */
+		/* past the others' round timeout, before or inside the round */
+		if (late && easgd_sigstop)
+			stopper = stop_me(1, 2, 3 * EASGD_TIMEOUT_MS / 2);
+		else if (late)
 			ss_sleep_ns(3ull * EASGD_TIMEOUT_MS * 1000000ull / 2);
 		if (!(round == 2 && rank == 2))
 			fail_if(ss_sync_round(s), "round %d", round);
+		if (stopper > 0)
+			waitpid(stopper, NULL, 0);
 		if (round == 5)
 			continue; /* rounds 5 and 6 back to back */
 		fail_if(ss_sync_barrier(s), "barrier after round %d", round);
@@ -390,13 +578,14 @@ static int body_easgd_conserves(struct ss_sync *s, int rank, struct job *job)
 	return 0;
 }
 
-Test(sync, easgd_conserves_the_sum_of_replicas_and_center, .timeout = 180)
+static void easgd_conserves(bool sigstop)
 {
 	struct job job = { .world = 3,
 			   .body = body_easgd_conserves,
 			   .init = init_distinct };
 	int checks = EASGD_CHECKS - 1; /* one fewer: 5 and 6 back to back */
 
+	easgd_sigstop = sigstop;
 	easgd_rec = mmap(NULL, sizeof(*easgd_rec), PROT_READ | PROT_WRITE,
 			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	cr_assert_neq(easgd_rec, MAP_FAILED);
@@ -431,6 +620,16 @@ Test(sync, easgd_conserves_the_sum_of_replicas_and_center, .timeout = 180)
 			  easgd_rec->w[checks - 1][0][0]),
 		     1.5, "replicas 2.0 apart stayed apart");
 	cr_assert_gt(job.stats[0].peers_left_out, 0, "nobody was left out");
+}
+
+Test(sync, easgd_conserves_the_sum_of_replicas_and_center, .timeout = 180)
+{
+	easgd_conserves(false);
+}
+
+Test(sync, easgd_conserves_with_a_rank_stopped_by_sigstop, .timeout = 180)
+{
+	easgd_conserves(true);
 }
 
 Test(sync, gossip_reaches_consensus, .timeout = 180)

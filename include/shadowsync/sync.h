@@ -54,7 +54,12 @@ struct ss_sync_options {
 	double beta; /* gossip step toward the peer; 0: 0.5 */
 	bool gossip_random; /* random peers, not the exponential graph */
 	uint64_t seed; /* for random gossip */
-	unsigned round_timeout_ms; /* a round gives up on a peer; 0: 5000 */
+	/*
+	 * A round gives up on a peer after this; 0: scaled, 5 s plus four
+	 * times what a round moves to a peer over the bandwidth the slowest
+	 * peer has shown (100 MB/s until measured), at most 10 minutes.
+	 */
+	unsigned round_timeout_ms;
 	double max_rounds_per_s; /* shadow thread cap; 0: none */
 	double max_bytes_per_s; /* shadow thread cap on bytes sent; 0: none */
 	struct ss_topo *topo; /* with numa: where the replica's memory goes */
@@ -191,6 +196,11 @@ struct ss_sync_stats {
 	double sync_gap; /* trainer iterations between applied rounds, mean */
 	double divergence; /* ||w - consensus|| / ||consensus||, last round */
 	uint64_t peers_left_out; /* peer-rounds a peer was left out */
+	uint64_t rounds_partial; /* rounds that left a peer out */
+	uint64_t rounds_skipped; /* not run: sends of earlier ones in flight */
+	uint64_t messages_late; /* came after their round: discarded */
+	uint64_t easgd_dropped; /* S-EASGD deltas sent that never arrived */
+	unsigned round_timeout_ms; /* the last round's */
 	uint64_t joins; /* restarted (or late) peers let in by a barrier */
 	uint64_t reseeds; /* times this rank reseeded from a peer (0 or 1) */
 	uint64_t iterations; /* as reported by the trainers */
@@ -198,6 +208,12 @@ struct ss_sync_stats {
 
 /* ss_sync_get_stats() - a consistent snapshot; callable while running. */
 void ss_sync_get_stats(struct ss_sync *sync, struct ss_sync_stats *stats);
+
+/*
+ * ss_sync_peer_left_out() - rounds @peer was left out of (0 for ourselves
+ * or a bad rank).  Callable while running.
+ */
+uint64_t ss_sync_peer_left_out(struct ss_sync *sync, int peer);
 
 /* ss_sync_print_stats() - one line per figure, for the end of a run. */
 void ss_sync_print_stats(struct ss_sync *sync, FILE *out);

@@ -63,7 +63,7 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
  */
 int ss_sync_barrier(struct ss_sync *s)
 {
-	unsigned wait = 4 * s->opts.round_timeout_ms + 5000;
+	unsigned wait = 4 * s->timeout_ms + 5000;
 	uint64_t deadline = ss_deadline_ns(wait);
 	uint32_t top = s->round;
 	uint64_t joins = 0;
@@ -75,7 +75,8 @@ int ss_sync_barrier(struct ss_sync *s)
 	 * into the same slots.
 	 */
 	ss__easgd_apply_early(s, s->round);
-	memcpy(s->snap, &s->round, sizeof(uint32_t));
+	/* a word of its own: sends of a round may still read the snapshot */
+	memcpy(s->snap + s->n, &s->round, sizeof(uint32_t));
 	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
 	/* A peer that comes back while we wait gets our message then. */
 	for (;;) {
@@ -86,7 +87,7 @@ int ss_sync_barrier(struct ss_sync *s)
 				continue;
 			if (!s->barrier_sent[p]) {
 				s->barrier_sent[p] = true;
-				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX,
+				ss__send(s, p, SS_R_SNAP, s->n, SS_R_INBOX,
 					 2 * (size_t)s->world * s->shard_max +
 						 ss_barrier_word(s, s->rank),
 					 1, SS_MSG_BARRIER);
@@ -110,8 +111,10 @@ int ss_sync_barrier(struct ss_sync *s)
 		rc = -ETIMEDOUT;
 	for (int p = 0; p < s->world; p++) {
 		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
-			if (s->ctrl[ss_barrier_word(s, p)] > top)
-				top = s->ctrl[ss_barrier_word(s, p)];
+			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];
+
+			if (ss__rounds_after(theirs, top) > 0)
+				top = theirs;
 			/* in rounds from here on, as the process it is now */
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
@@ -126,7 +129,15 @@ int ss_sync_barrier(struct ss_sync *s)
 	}
 	/* and those for the later rounds it jumps over */
 	ss__easgd_apply_early(s, top);
-	s->round = top + 1;
+	s->round = (top + 1) & SS_ROUND_MASK;
+	s->catch_up = top;
+	/*
+	 * Whoever came has consumed all we sent before (its DONE says so) and
+	 * is in our next round with us: its slots are free.
+	 */
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p))
+			s->latest[p] = s->round;
 	s->barrier_seq++;
 	if (rc < 0)
 		return ss_error_set(rc, "a peer did not arrive", NULL,

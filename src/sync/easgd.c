@@ -3,10 +3,12 @@
  * S-EASGD, with the center variable sharded across owners: for each shard
  * a rank READs the owner's center c, computes d = alpha (w - c), moves
  * w -= d, and WRITEs d to the owner, which applies c += d when it arrives.
- * A round ends when every live peer's delta for our shard has arrived, so
- * an inbox slot (one per sender and round parity) is never overwritten
- * before it is applied.  Peers READ our center while we apply deltas to
- * it: such a read may mix two states, which elastic averaging tolerates.
+ * A delta lands in an inbox slot (one per sender and round parity), which
+ * the sender writes again only once we have finished the round after it
+ * (ss__slot_free): every delta is applied, on arrival when its round has
+ * come (late ones too), or at the start of its round when it came early.
+ * Peers READ our center while we apply deltas to it: such a read may mix
+ * two states, which elastic averaging tolerates.
  */
 #include "sync_internal.h"
 
@@ -19,7 +21,7 @@ void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
 void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto)
 {
 	for (int p = 0; p < s->world; p++) {
-		uint32_t round = s->seen[SS_MSG_EASGD][p];
+		uint32_t round = s->easgd_early_round[p];
 
 		if (s->easgd_early[p] && ss__rounds_after(round, upto) <= 0) {
 			ss__easgd_apply_delta(s, p, round);
@@ -30,7 +32,7 @@ void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto)
 
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 {
-	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	uint64_t deadline = ss__deadline(s);
 	size_t own = ss__shard_off(s, s->rank),
 	       own_len = ss__shard_len(s, s->rank);
 	uint32_t parity = s->round & 1;
@@ -44,12 +46,9 @@ int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 		s->reads_ok[p] = false;
 		if (p == s->rank || !ss__alive(s, p))
 			continue;
-		if (ss_fabric_read(s->fabric, p, s->r[SS_R_AVG],
-				   ss__shard_off(s, p) * sizeof(float),
-				   SS_R_CENTER, 0,
-				   ss__shard_len(s, p) * sizeof(float),
-				   (uint64_t)p) == 0)
-			s->outstanding++;
+		ss__post_read(s, p, SS_R_AVG,
+			      ss__shard_off(s, p) * sizeof(float), SS_R_CENTER,
+			      0, ss__shard_len(s, p) * sizeof(float));
 	}
 	ss__wait_sends(s, deadline);
 
@@ -68,6 +67,8 @@ int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 					      "its center did not arrive");
 			continue; /* the owner is gone: skip its shard */
 		}
+		if (ss__behind(s, SS_MSG_EASGD, p))
+			continue; /* its slot may hold a delta not yet applied */
 		ss__distance(s->w + off, s->avg + off, len, &res->diff2,
 			     &res->norm2);
 		ss__easgd(s->w + off, s->avg + off, s->snap + off, len, alpha);
@@ -75,10 +76,11 @@ int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 			     ss__slot(s, parity, s->rank), len,
 			     SS_MSG_EASGD) == 0)
 			res->bytes += len * sizeof(float);
+		else /* not sent (the owner is gone): undone */
+			ss__add(s->w + off, s->snap + off, len);
 	}
 
 	/* 3. Every live peer's delta for our shard, applied as it comes. */
 	ss__wait_msgs(s, SS_MSG_EASGD, deadline);
-	ss__wait_sends(s, deadline);
 	return 0;
 }

@@ -31,26 +31,20 @@ static int ss_gossip_peer(struct ss_sync *s, int attempt)
 
 int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res)
 {
-	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	uint64_t deadline = ss__deadline(s);
 
 	if (s->world < 2)
 		return 0;
 	s->gossip_step++; /* the next hop of the exponential graph */
-	/* A READ that timed out may still land in SNAP: let it, first. */
-	ss__wait_sends(s, deadline);
-	if (s->outstanding > 0)
-		return 0;
 	for (int attempt = 0; attempt < s->world; attempt++) {
 		int p = ss_gossip_peer(s, attempt);
 
 		if (p == s->rank || !ss__readable(s, p))
 			continue;
 		s->reads_ok[p] = false;
-		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0,
-				   SS_R_PARAMS, 0, s->n * sizeof(float),
-				   (uint64_t)p) != 0)
+		if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_PARAMS, 0,
+				  s->n * sizeof(float)) != 0)
 			continue; /* refused at once: try the next peer */
-		s->outstanding++;
 		ss__wait_sends(s, deadline);
 		if (!s->reads_ok[p]) {
 			/* Out of time: no more READs into SNAP this round. */

@@ -35,16 +35,15 @@ static int ss_sync_find_running(struct ss_sync *s)
 	struct ss__state *st = (struct ss__state *)s->snap;
 
 	for (int p = 0; p < s->world; p++) {
-		uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+		uint64_t deadline = ss__deadline(s);
 
 		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
 			continue;
 		memset(st, 0, sizeof(*st));
 		s->reads_ok[p] = false;
-		if (ss_fabric_read(s->fabric, p, s->r[SS_R_SNAP], 0, SS_R_STATE,
-				   0, sizeof(*st), (uint64_t)p))
+		if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0,
+				  sizeof(*st)))
 			continue;
-		s->outstanding++;
 		ss__wait_sends(s, deadline);
 		if (s->reads_ok[p] && be32toh(st->began) == SS_STATE_BEGAN)
 			return p;
@@ -62,7 +61,7 @@ static int ss_sync_find_running(struct ss_sync *s)
  */
 static int ss_sync_join(struct ss_sync *s, int h)
 {
-	uint64_t deadline = ss_deadline_ns(4 * s->opts.round_timeout_ms + 5000);
+	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
 
 	ss_log_warn(
 		"sync: rank %d starts while rank %d runs: joining, reseeding from rank %d",
@@ -82,11 +81,9 @@ static int ss_sync_join(struct ss_sync *s, int h)
 		ss__pump(s, 1);
 	}
 	s->reads_ok[h] = false;
-	if (ss_fabric_read(s->fabric, h, s->r[SS_R_PARAMS], 0, SS_R_PARAMS, 0,
-			   s->n * sizeof(float), (uint64_t)h) == 0) {
-		s->outstanding++;
+	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
+			  s->n * sizeof(float)) == 0)
 		ss__wait_sends(s, deadline);
-	}
 	if (!s->reads_ok[h])
 		return ss_error_set(
 			-ETIMEDOUT, "its replica did not arrive",

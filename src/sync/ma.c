@@ -16,9 +16,19 @@
  */
 #include "sync_internal.h"
 
+/* w += avg - snapshot over shard @k, measured for the divergence. */
+static void ss_ma_apply_shard(struct ss_sync *s, int k,
+			      struct ss__round_result *res)
+{
+	size_t off = ss__shard_off(s, k);
+
+	ss__apply_measured(s->w + off, s->avg + off, s->snap + off,
+			   ss__shard_len(s, k), &res->diff2, &res->norm2);
+}
+
 int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 {
-	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	uint64_t deadline = ss__deadline(s);
 	size_t own = ss__shard_off(s, s->rank),
 	       own_len = ss__shard_len(s, s->rank);
 	uint32_t parity = s->round & 1;
@@ -36,7 +46,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 			res->bytes += ss__shard_len(s, p) * sizeof(float);
 	}
 
-	/* 2. Average our shard over what arrived in time. */
+	/* 2. Average our shard over what arrived in time, for this round. */
 	ss__wait_msgs(s, SS_MSG_MA_PART, deadline);
 	for (int p = 0; p < s->world; p++)
 		if (p != s->rank && ss__got(s, SS_MSG_MA_PART, p))
@@ -58,16 +68,15 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 	}
 	ss__wait_msgs(s, SS_MSG_MA_AVG, deadline);
 
-	/* A shard whose owner did not answer stays as it is. */
+	/*
+	 * 4. Apply the shards whose average came.  One whose owner did not
+	 * answer stays as it is, and is not even read: its average may still
+	 * be landing there.  Our sends still read SNAP and AVG; the next
+	 * round waits for them before it writes either (ss__drain).
+	 */
+	ss_ma_apply_shard(s, s->rank, res);
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && !ss__got(s, SS_MSG_MA_AVG, p))
-			ss__copy(s->avg + ss__shard_off(s, p),
-				 s->snap + ss__shard_off(s, p),
-				 ss__shard_len(s, p));
-
-	/* Our sends read SNAP and AVG: done before either changes again. */
-	ss__wait_sends(s, deadline);
-	ss__apply_measured(s->w, s->avg, s->snap, s->n, &res->diff2,
-			   &res->norm2);
+		if (p != s->rank && ss__got(s, SS_MSG_MA_AVG, p))
+			ss_ma_apply_shard(s, p, res);
 	return 0;
 }

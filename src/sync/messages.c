@@ -10,15 +10,59 @@
 
 void ss__leave_out(struct ss_sync *s, int p, const char *what)
 {
+	if (s->left_out_round[p] == s->round)
+		return; /* counted once a round */
+	s->left_out_round[p] = s->round;
 	pthread_mutex_lock(&s->lock);
 	s->peers_left_out++;
+	s->left_out_count[p]++;
 	pthread_mutex_unlock(&s->lock);
+	s->partial = true;
 	if (!s->left_out[p]) {
 		s->left_out[p] = true;
 		ss_log_warn(
-			"sync: peer %d left out of round %u: %s (within %u ms)",
-			p, s->round, what, s->opts.round_timeout_ms);
+			"sync: peer %d left out of round %u: %s (round timeout %u ms)",
+			p, s->round, what, s->timeout_ms);
 	}
+}
+
+/* A round message: which slot it filled, and what it says of its sender. */
+static void ss_round_message(struct ss_sync *s, int kind, int p, uint32_t round)
+{
+	int32_t ahead = ss__rounds_after(round, s->round);
+
+	if (ss__rounds_after(round, s->latest[p]) > 0)
+		s->latest[p] = round;
+	if (kind == SS_MSG_SKIP) {
+		if (ss__rounds_after(round, s->skipped[p]) > 0)
+			s->skipped[p] = round;
+		if (ahead > 0 && ss__rounds_after(round, s->catch_up) > 0)
+			s->catch_up = round; /* we are behind: go there */
+		return;
+	}
+	/*
+	 * An S-EASGD delta of this round, or a late one of a round that gave
+	 * up on its sender, is applied now: the sender has taken it off its
+	 * replica, so dropping it would lose that mass from replicas plus
+	 * center.  One of a round we have yet to reach waits for it in its
+	 * slot (ss__easgd_apply_early); there is at most one, because the
+	 * sender writes a slot again only once we have finished with it.
+	 */
+	if (kind == SS_MSG_EASGD) {
+		if (ahead <= 0)
+			ss__easgd_apply_delta(s, p, round);
+		if (ahead > 0) {
+			s->easgd_early[p] = true;
+			s->easgd_early_round[p] = round;
+		}
+	} else if (ahead < 0) {
+		/* late for its round, which has ended here: discarded */
+		pthread_mutex_lock(&s->lock);
+		s->messages_late++;
+		pthread_mutex_unlock(&s->lock);
+	}
+	s->arrived[kind][ss__arrival(s, round, p)] = round;
+	s->seen[kind][p] = round;
 }
 
 static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
@@ -42,23 +86,40 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->joining[c->peer] = true;
 		return;
 	}
-	/*
-	 * An S-EASGD delta of this round, or a late one of a round that gave
-	 * up on its sender, is applied now: the sender has taken it off its
-	 * replica, so dropping it would lose that mass from replicas plus
-	 * center.  One of a round we have yet to reach waits for it
-	 * (ss__easgd_apply_early).
-	 */
-	if (kind == SS_MSG_EASGD) {
-		int32_t ahead = ss__rounds_after(round, s->round);
+	if (ss__round_kind(kind) || kind == SS_MSG_SKIP)
+		ss_round_message(s, kind, c->peer, round);
+	else
+		s->seen[kind][c->peer] = round;
+}
 
-		if (ahead <= 0)
-			ss__easgd_apply_delta(s, c->peer, round);
-		if (ahead < 0)
-			return; /* late: seen[] keeps the newer round */
-		s->easgd_early[c->peer] = ahead > 0;
+/* One of our operations completed: in flight no more; its bandwidth. */
+static void ss_op_done(struct ss_sync *s, const struct ss_completion *c)
+{
+	int p = c->peer;
+
+	s->outstanding--;
+	if (p < 0 || p >= s->world)
+		return;
+	if (c->op == SS_OP_READ && c->status == 0)
+		s->reads_ok[p] = true;
+	if (c->status && SS_WR_KIND(c->wr_id) == SS_MSG_EASGD) {
+		/* the delta left our replica and never reached the center */
+		pthread_mutex_lock(&s->lock);
+		s->easgd_dropped++;
+		pthread_mutex_unlock(&s->lock);
 	}
-	s->seen[kind][c->peer] = round;
+	if (--s->in_flight[p] == 0 && c->status == 0 &&
+	    s->flight_bytes[p] >= 65536) {
+		/* small transfers say more about latency than bandwidth */
+		double secs = (double)(ss_now_ns() - s->flight_start_ns[p]) /
+			      1e9,
+		       bw = (double)s->flight_bytes[p] /
+			    (secs > 1e-9 ? secs : 1e-9);
+
+		s->bandwidth[p] = s->bandwidth[p] > 0 ?
+					  0.75 * s->bandwidth[p] + 0.25 * bw :
+					  bw;
+	}
 }
 
 void ss__pump(struct ss_sync *s, unsigned wait_ms)
@@ -67,13 +128,10 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms)
 	int n = ss_fabric_poll(s->fabric, c, 32, wait_ms);
 
 	for (int i = 0; i < n; i++) {
-		if (c[i].op == SS_OP_RECV_IMM) {
+		if (c[i].op == SS_OP_RECV_IMM)
 			ss_sync_message(s, &c[i]);
-			continue;
-		}
-		s->outstanding--;
-		if (c[i].op == SS_OP_READ && c[i].status == 0)
-			s->reads_ok[c[i].peer] = true;
+		else
+			ss_op_done(s, &c[i]);
 	}
 }
 
@@ -99,61 +157,129 @@ bool ss__join_wanted(const struct ss_sync *s)
 	return false;
 }
 
-static bool ss_all_sent(struct ss_sync *s, int kind)
+/* Whether we still wait for @p's message of @kind. */
+static bool ss_waiting_for(const struct ss_sync *s, int kind, int p)
 {
-	for (int p = 0; p < s->world; p++)
-		if (ss__expected(s, kind, p) && !ss__got(s, kind, p))
-			return false;
-	return true;
+	return ss__expected(s, kind, p) && !ss__got(s, kind, p) &&
+	       ss__may_come(s, kind, p);
 }
 
 int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline)
 {
-	while (!ss_all_sent(s, kind)) {
-		if (ss_deadline_passed(deadline)) {
-			for (int p = 0; p < s->world; p++)
-				if (ss__expected(s, kind, p) &&
-				    !ss__got(s, kind, p))
-					ss__leave_out(s, p, "no answer");
-			return -ETIMEDOUT;
-		}
+	int missing = 0;
+
+	for (;;) {
+		bool all = true;
+
+		for (int p = 0; p < s->world && all; p++)
+			all = !ss_waiting_for(s, kind, p);
+		if (all || ss_deadline_passed(deadline))
+			break;
 		ss__pump(s, 1);
 	}
-	return 0;
+	for (int p = 0; p < s->world; p++) {
+		if (!ss__expected(s, kind, p) || ss__got(s, kind, p))
+			continue;
+		missing++;
+		ss__leave_out(s, p,
+			      ss__may_come(s, kind, p) ?
+				      "no answer" :
+				      "it went on without us (we are behind)");
+	}
+	return missing;
 }
 
 void ss__wait_sends(struct ss_sync *s, uint64_t deadline)
 {
 	while (s->outstanding > 0 && !ss_deadline_passed(deadline))
 		ss__pump(s, 1);
-	if (s->outstanding > 0) {
-		/* The fabric completes them with an error when it gives up. */
-		ss_log_warn(
-			"sync: %d operations still in flight after the round timeout",
-			s->outstanding);
+}
+
+int ss__drain(struct ss_sync *s, uint64_t deadline)
+{
+	ss__wait_sends(s, deadline);
+	if (s->outstanding <= 0)
+		return 0;
+	/* The fabric completes them with an error when it gives up. */
+	ss_log_warn(
+		"sync: %d operations still in flight after the round timeout: "
+		"their buffers are left alone until they complete",
+		s->outstanding);
+	return -EBUSY;
+}
+
+uint64_t ss__deadline(const struct ss_sync *s)
+{
+	return ss_deadline_ns(s->timeout_ms);
+}
+
+/* An operation to @p of @bytes posted: in flight, timed for bandwidth. */
+static void ss_op_posted(struct ss_sync *s, int p, size_t bytes)
+{
+	s->outstanding++;
+	if (s->in_flight[p]++ == 0) {
+		s->flight_start_ns[p] = ss_now_ns();
+		s->flight_bytes[p] = 0;
 	}
+	s->flight_bytes[p] += bytes;
+}
+
+/* Tell @p once a round that we run it without @p: it is behind. */
+static void ss_send_skip(struct ss_sync *s, int p)
+{
+	if (s->skip_sent[p] == s->round)
+		return;
+	if (ss_fabric_write_imm(s->fabric, p, s->r[SS_R_SNAP], 0, SS_R_INBOX, 0,
+				0, SS_IMM(SS_MSG_SKIP, s->round),
+				SS_WR_ID(p, SS_MSG_SKIP)) == 0) {
+		s->skip_sent[p] = s->round;
+		ss_op_posted(s, p, 0);
+	}
+}
+
+bool ss__behind(struct ss_sync *s, int kind, int p)
+{
+	if (!ss__round_kind(kind) || ss__slot_free(s, kind, p))
+		return false;
+	ss_send_skip(s, p);
+	ss__leave_out(s, p, "behind: still in an earlier round");
+	return true;
 }
 
 int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 	     size_t remote_off, size_t floats, int kind)
 {
-	int rc = ss_fabric_write_imm(
+	int rc;
+
+	if (ss__behind(s, kind, p))
+		return -EAGAIN;
+	rc = ss_fabric_write_imm(
 		s->fabric, p, s->r[local], local_off * sizeof(float), remote,
 		remote_off * sizeof(float), floats * sizeof(float),
 		SS_IMM(kind,
 		       ss__counts_barriers(kind) ? s->barrier_seq : s->round),
-		(uint64_t)p);
-
+		SS_WR_ID(p, kind));
 	if (rc == 0)
-		s->outstanding++;
+		ss_op_posted(s, p, floats * sizeof(float));
 	else
 		ss__leave_out(s, p, ss_strerror(rc));
 	return rc;
 }
 
+int ss__post_read(struct ss_sync *s, int p, int local, size_t local_off,
+		  int remote, size_t remote_off, size_t bytes)
+{
+	int rc = ss_fabric_read(s->fabric, p, s->r[local], local_off, remote,
+				remote_off, bytes, SS_WR_ID(p, 0));
+
+	if (rc == 0)
+		ss_op_posted(s, p, bytes);
+	return rc;
+}
+
 void ss__stop_peers(struct ss_sync *s)
 {
-	uint64_t deadline = ss_deadline_ns(s->opts.round_timeout_ms);
+	uint64_t deadline = ss__deadline(s);
 
 	for (int p = 0; p < s->world; p++)
 		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))

@@ -53,8 +53,12 @@ static void ss_sync_defaults(struct ss_sync *s)
 		o->zeta = 1.0;
 	if (o->beta <= 0)
 		o->beta = 0.5;
-	if (!o->round_timeout_ms)
-		o->round_timeout_ms = 5000;
+	s->timeout_ms = o->round_timeout_ms ? o->round_timeout_ms :
+					      SS_ROUND_TIMEOUT_MIN_MS;
+	/* what a round moves to and from one peer, both directions at once */
+	s->peer_round_bytes =
+		(double)(o->algo == SS_SYNC_GOSSIP ? s->n : 2 * s->shard_max) *
+		sizeof(float);
 	s->gossip_state =
 		o->seed ? o->seed : 0x9e3779b97f4a7c15ull ^ (uint64_t)s->rank;
 }
@@ -71,6 +75,8 @@ static size_t ss_region_floats(int region, size_t n, int world)
 		return shard_max;
 	case SS_R_STATE:
 		return sizeof(struct ss__state) / sizeof(float);
+	case SS_R_SNAP: /* and the word a barrier sends */
+		return n + 1;
 	default: /* PARAMS, AVG, SNAP */
 		return n;
 	}
@@ -135,6 +141,51 @@ static int ss_sync_alloc(struct ss_sync *s)
 	return 0;
 }
 
+/* The per-peer state, every round "none yet" (round -1). */
+static int ss_sync_alloc_peers(struct ss_sync *s)
+{
+	size_t w = (size_t)s->world;
+	bool ok = true;
+
+	for (int k = 0; k < SS_MSG_KINDS; k++) {
+		s->seen[k] = malloc(w * sizeof(uint32_t));
+		s->arrived[k] = malloc(2 * w * sizeof(uint32_t));
+		ok = ok && s->seen[k] && s->arrived[k];
+		for (size_t p = 0; ok && p < w; p++)
+			s->seen[k][p] = s->arrived[k][p] =
+				s->arrived[k][w + p] = SS_ROUND_MASK;
+	}
+	s->latest = malloc(w * sizeof(uint32_t));
+	s->skipped = malloc(w * sizeof(uint32_t));
+	s->skip_sent = malloc(w * sizeof(uint32_t));
+	s->left_out_round = malloc(w * sizeof(uint32_t));
+	ok = ok && s->latest && s->skipped && s->skip_sent && s->left_out_round;
+	for (size_t p = 0; ok && p < w; p++)
+		s->latest[p] = s->skipped[p] = s->skip_sent[p] =
+			s->left_out_round[p] = SS_ROUND_MASK;
+	s->catch_up = SS_ROUND_MASK;
+	s->reads_ok = calloc(w, sizeof(bool));
+	s->left_out = calloc(w, sizeof(bool));
+	s->paused = calloc(w, sizeof(bool));
+	s->epoch = calloc(w, sizeof(uint32_t));
+	s->joining = calloc(w, sizeof(bool));
+	s->barrier_sent = calloc(w, sizeof(bool));
+	s->easgd_early = calloc(w, sizeof(bool));
+	s->easgd_early_round = calloc(w, sizeof(uint32_t));
+	s->in_flight = calloc(w, sizeof(int));
+	s->flight_start_ns = calloc(w, sizeof(uint64_t));
+	s->flight_bytes = calloc(w, sizeof(uint64_t));
+	s->left_out_count = calloc(w, sizeof(uint64_t));
+	s->bandwidth = calloc(w, sizeof(double));
+	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
+	    !s->joining || !s->barrier_sent || !s->easgd_early ||
+	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
+	    !s->flight_bytes || !s->left_out_count || !s->bandwidth)
+		return ss_error_set(-ENOMEM, NULL, NULL,
+				    "sync state of %d peers", s->world);
+	return 0;
+}
+
 int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 		   const struct ss_sync_options *opts)
 {
@@ -163,27 +214,9 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	s->shard_max = (s->n + (size_t)s->world - 1) / (size_t)s->world;
 	pthread_mutex_init(&s->lock, NULL);
 	ss_sync_defaults(s);
-	for (int k = 0; k < SS_MSG_KINDS; k++) {
-		s->seen[k] = malloc((size_t)s->world * sizeof(uint32_t));
-		if (!s->seen[k]) {
-			rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
-			goto err;
-		}
-		for (int p = 0; p < s->world; p++)
-			s->seen[k][p] = 0x0fffffffu; /* round -1: none yet */
-	}
-	s->reads_ok = calloc((size_t)s->world, sizeof(bool));
-	s->left_out = calloc((size_t)s->world, sizeof(bool));
-	s->paused = calloc((size_t)s->world, sizeof(bool));
-	s->epoch = calloc((size_t)s->world, sizeof(uint32_t));
-	s->joining = calloc((size_t)s->world, sizeof(bool));
-	s->barrier_sent = calloc((size_t)s->world, sizeof(bool));
-	s->easgd_early = calloc((size_t)s->world, sizeof(bool));
-	if (!s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->barrier_sent || !s->easgd_early) {
-		rc = ss_error_set(-ENOMEM, NULL, NULL, "sync");
+	rc = ss_sync_alloc_peers(s);
+	if (rc < 0)
 		goto err;
-	}
 	if (opts->algo == SS_SYNC_BMUF) { /* of our shard only */
 		s->w_g = calloc(s->shard_max, sizeof(float));
 		s->momentum = calloc(s->shard_max, sizeof(float));
@@ -218,8 +251,20 @@ void ss_sync_destroy(struct ss_sync **sync)
 		pthread_cond_destroy(&s->fg_cond);
 		pthread_mutex_destroy(&s->fg_lock);
 	}
-	for (int k = 0; k < SS_MSG_KINDS; k++)
+	for (int k = 0; k < SS_MSG_KINDS; k++) {
 		free(s->seen[k]);
+		free(s->arrived[k]);
+	}
+	free(s->latest);
+	free(s->skipped);
+	free(s->skip_sent);
+	free(s->left_out_round);
+	free(s->easgd_early_round);
+	free(s->in_flight);
+	free(s->flight_start_ns);
+	free(s->flight_bytes);
+	free(s->left_out_count);
+	free(s->bandwidth);
 	free(s->paused);
 	free(s->epoch);
 	free(s->joining);
@@ -261,12 +306,36 @@ static void ss_record(struct ss_sync *s, uint64_t start_ns,
 	s->latencies[s->rounds % SS_LATENCIES] =
 		(double)(ss_now_ns() - start_ns) / 1e3;
 	s->rounds++;
+	s->rounds_partial += s->partial;
 	s->bytes_sent += res->bytes;
 	s->gap_sum += (double)(it - s->last_iterations);
 	s->last_iterations = it;
 	if (res->norm2 > 0)
 		s->divergence = sqrt(res->diff2 / res->norm2);
 	pthread_mutex_unlock(&s->lock);
+}
+
+/*
+ * The round timeout: the one the options set, else long enough for what a
+ * round moves at the bandwidth the slowest live peer has shown (4 times
+ * over), and never under SS_ROUND_TIMEOUT_MIN_MS.
+ */
+static unsigned ss_sync_timeout(const struct ss_sync *s)
+{
+	double worst = 0, ms;
+
+	if (s->opts.round_timeout_ms)
+		return s->opts.round_timeout_ms;
+	for (int p = 0; p < s->world; p++) {
+		double bw = s->bandwidth[p] > 0 ? s->bandwidth[p] : SS_BW_GUESS;
+
+		if (p != s->rank && ss__readable(s, p) &&
+		    s->peer_round_bytes / bw > worst)
+			worst = s->peer_round_bytes / bw;
+	}
+	ms = SS_ROUND_TIMEOUT_MIN_MS + 4e3 * worst;
+	return ms < SS_ROUND_TIMEOUT_MAX_MS ? (unsigned)ms :
+					      SS_ROUND_TIMEOUT_MAX_MS;
 }
 
 int ss_sync_round(struct ss_sync *s)
@@ -295,7 +364,35 @@ int ss_sync_round(struct ss_sync *s)
 	for (int p = 0; p < s->world; p++)
 		if (p != s->rank && !ss__alive(s, p))
 			for (int k = SS_MSG_MA_PART; k <= SS_MSG_EASGD; k++)
-				s->seen[k][p] = (s->round - 1) & 0x0fffffffu;
+				for (uint32_t r = 0; r < 2; r++)
+					s->arrived[k][ss__arrival(
+						s, s->round + r, p)] =
+						(s->round + r - 2) &
+						SS_ROUND_MASK;
+
+	/*
+	 * A peer ran a round without us, which was behind: that round is
+	 * ours now, so that we take part in it instead of waiting, round
+	 * after round, for messages that left before we came.
+	 */
+	if (ss__rounds_after(s->catch_up, s->round) > 0) {
+		ss_log_info("sync: rank %d catches up from round %u to %u",
+			    s->rank, s->round, s->catch_up);
+		s->round = s->catch_up;
+	}
+	s->timeout_ms = ss_sync_timeout(s);
+	s->partial = false;
+
+	/*
+	 * Operations of earlier rounds still in flight read SNAP or AVG, or
+	 * fill them: no round touches them before they completed.
+	 */
+	if (ss__drain(s, ss__deadline(s)) < 0) {
+		pthread_mutex_lock(&s->lock);
+		s->rounds_skipped++;
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
 
 	switch (s->opts.algo) {
 	case SS_SYNC_MA:
@@ -312,7 +409,7 @@ int ss_sync_round(struct ss_sync *s)
 		rc = 0;
 		break;
 	}
-	s->round++;
+	s->round = (s->round + 1) & SS_ROUND_MASK;
 	if (rc == 0)
 		ss_record(s, start, &res);
 	return rc;
@@ -341,6 +438,11 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->rounds = s->rounds;
 	st->bytes_sent = s->bytes_sent;
 	st->peers_left_out = s->peers_left_out;
+	st->rounds_partial = s->rounds_partial;
+	st->rounds_skipped = s->rounds_skipped;
+	st->messages_late = s->messages_late;
+	st->easgd_dropped = s->easgd_dropped;
+	st->round_timeout_ms = s->timeout_ms;
 	st->joins = s->joins;
 	st->reseeds = s->reseeds;
 	st->divergence = s->divergence;
@@ -363,11 +465,29 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	}
 }
 
+uint64_t ss_sync_peer_left_out(struct ss_sync *s, int p)
+{
+	uint64_t n = 0;
+
+	if (p < 0 || p >= s->world)
+		return 0;
+	pthread_mutex_lock(&s->lock);
+	n = s->left_out_count[p];
+	pthread_mutex_unlock(&s->lock);
+	return n;
+}
+
 void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 {
 	struct ss_sync_stats st;
+	int worst = -1;
 
 	ss_sync_get_stats(s, &st);
+	for (int p = 0; p < s->world; p++)
+		if (ss_sync_peer_left_out(s, p) &&
+		    (worst < 0 || ss_sync_peer_left_out(s, p) >
+					  ss_sync_peer_left_out(s, worst)))
+			worst = p;
 	fprintf(out,
 		"sync %s: %llu rounds (%.1f/s), round p50 %.0f us, p99 %.0f us, "
 		"%.0f bytes per peer per round, sync gap %.1f iterations, "
@@ -378,4 +498,20 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 		st.bytes_per_peer_per_round, st.sync_gap, st.divergence,
 		(unsigned long long)st.peers_left_out,
 		(unsigned long long)st.joins, (unsigned long long)st.reseeds);
+	if (st.rounds_partial || st.rounds_skipped || st.messages_late ||
+	    st.easgd_dropped)
+		fprintf(out,
+			"sync %s: %llu rounds partial (most left out: peer %d, "
+			"%llu times), %llu skipped, %llu late messages "
+			"discarded, %llu S-EASGD deltas dropped, round timeout "
+			"%u ms\n",
+			ss_sync_algo_name(s->opts.algo),
+			(unsigned long long)st.rounds_partial, worst,
+			(unsigned long long)(worst < 0 ? 0 :
+							 ss_sync_peer_left_out(
+								 s, worst)),
+			(unsigned long long)st.rounds_skipped,
+			(unsigned long long)st.messages_late,
+			(unsigned long long)st.easgd_dropped,
+			st.round_timeout_ms);
 }

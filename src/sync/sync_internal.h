@@ -15,7 +15,8 @@ enum {
 		     * then one word per rank for barriers */
 	SS_R_AVG, /* n floats, remote-WRITE: averages; local scratch */
 	SS_R_CENTER, /* shard floats, remote-READ: S-EASGD center */
-	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here */
+	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here;
+		    * then the word a barrier sends */
 	SS_R_STATE, /* struct ss__state, remote-READ: whether we run */
 	SS_R_COUNT
 };
@@ -31,7 +32,11 @@ struct ss__state {
 };
 #define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
 
-/* Messages, in the immediate: kind in the top 4 bits, round below. */
+/*
+ * Messages, in the immediate: kind in the top 4 bits, round below.  The
+ * kinds up to SS_MSG_EASGD carry data into an inbox slot and belong to
+ * exactly one round (see ss__got); the others are control.
+ */
 enum ss_msg {
 	SS_MSG_MA_PART = 1, /* S-MA: my snapshot of your shard */
 	SS_MSG_MA_AVG, /* S-MA: the average of my shard */
@@ -41,11 +46,42 @@ enum ss_msg {
 	SS_MSG_JOIN, /* I (re)started while you run: barrier, let me in */
 	SS_MSG_BARRIER_DONE, /* I have every peer's barrier message, and with
 			      * it all it sent before: you may leave */
+	SS_MSG_SKIP, /* I run this round without you (you are behind,
+		      * your slot may still be in use): do not wait for me,
+		      * and catch up */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
 #define SS_IMM_KIND(imm) ((int)((imm) >> 28))
 #define SS_IMM_ROUND(imm) ((imm)&0x0fffffffu)
+#define SS_ROUND_MASK 0x0fffffffu
+
+/* Whether messages of @kind fill an inbox slot for one round. */
+static inline bool ss__round_kind(int kind)
+{
+	return kind >= SS_MSG_MA_PART && kind <= SS_MSG_EASGD;
+}
+
+/*
+ * How many rounds' messages of @kind a receiver holds from one sender:
+ * two inbox slots (by round parity) for contributions and deltas, one
+ * place in the averages for an average.
+ */
+static inline int ss__slots(int kind)
+{
+	return kind == SS_MSG_MA_AVG ? 1 : 2;
+}
+
+/* An operation's wr_id: the peer, and the message kind it sends (0: READ). */
+#define SS_WR_ID(peer, kind) ((uint64_t)(peer) | (uint64_t)(kind) << 32)
+#define SS_WR_KIND(wr_id) ((int)((wr_id) >> 32))
+
+/* The round timeout, unless the options set it: scaled between these. */
+#define SS_ROUND_TIMEOUT_MIN_MS 5000u
+#define SS_ROUND_TIMEOUT_MAX_MS 600000u
+
+/* A peer's bandwidth before any round measured it, bytes/s: guess low. */
+#define SS_BW_GUESS 100e6
 
 #define SS_LATENCIES 1024 /* round latencies kept for percentiles */
 
@@ -63,19 +99,41 @@ struct ss_sync {
 	 * ranks' copies differ */
 	float *w_g, *momentum;
 
-	/*
-	 * The round of the last message of each kind from each peer, which
-	 * counts for the round it names and any before (see ss__got).
-	 */
 	uint32_t round, barrier_seq;
+	/*
+	 * seen[kind][p]: the round (barrier kinds: barrier) of the newest
+	 * message of @kind from @p.  arrived[kind][parity * world + p]: for
+	 * round kinds, the round of @p's message in the slot of that parity.
+	 * latest[p]: the newest round @p has sent anything for, SKIP
+	 * included: @p is in that round, so has finished the one before.
+	 * skipped[p]: the newest round @p said it runs without us.
+	 */
 	uint32_t *seen[SS_MSG_KINDS];
+	uint32_t *arrived[SS_MSG_KINDS];
+	uint32_t *latest, *skipped;
+	uint32_t *skip_sent; /* the round we last sent @p a SKIP for */
+	uint32_t catch_up; /* a peer skipped us in this round: go there */
 	bool *paused; /* its shadow thread stopped; back at the next barrier */
 	uint32_t *ctrl; /* the barrier words in the inbox */
 	int outstanding; /* our operations not yet completed */
 	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
-	/* S-EASGD: the peer's delta (of round seen[]) came for a round we
-	 * have yet to reach, and waits in its slot */
+	/* S-EASGD: the peer's delta of round easgd_early_round[] came for a
+	 * round we have yet to reach, and waits in its slot */
 	bool *easgd_early;
+	uint32_t *easgd_early_round;
+	/*
+	 * Per peer: our operations to it in flight, and since when and how
+	 * many bytes (for its bandwidth, bytes/s, 0 before the first); how
+	 * many rounds it was left out of.
+	 */
+	int *in_flight;
+	uint64_t *flight_start_ns, *flight_bytes, *left_out_count;
+	uint32_t *left_out_round; /* counted for this round already */
+	double *bandwidth;
+	/* bytes a round moves to and from each peer, for the timeout */
+	double peer_round_bytes;
+	unsigned timeout_ms; /* this round's: opts' when set, else scaled */
+	bool partial; /* this round left a peer out */
 	bool *left_out; /* reported as left out, until it answers again */
 	/*
 	 * The fabric epoch of each peer when it last came to a barrier: a
@@ -111,6 +169,7 @@ struct ss_sync {
 	pthread_mutex_t lock;
 	atomic_uint_fast64_t iterations;
 	uint64_t begin_ns, rounds, bytes_sent, peers_left_out, joins, reseeds;
+	uint64_t rounds_partial, rounds_skipped, messages_late, easgd_dropped;
 	uint64_t last_iterations;
 	double gap_sum, divergence;
 	double latencies[SS_LATENCIES];
@@ -150,17 +209,50 @@ static inline bool ss__counts_barriers(int kind)
 	return kind == SS_MSG_BARRIER || kind == SS_MSG_BARRIER_DONE;
 }
 
+/* Index of @p's entry for rounds of @round's parity in arrived[]. */
+static inline size_t ss__arrival(const struct ss_sync *s, uint32_t round, int p)
+{
+	return (size_t)(round & 1) * (size_t)s->world + (size_t)p;
+}
+
 /*
- * Whether @p's message of @kind for the current round has come: its last
- * one names this round or a later one.  A peer can be a barrier, or an
- * S-EASGD round, ahead of us, and its newer message then stands for the
- * one we wait for.
+ * Whether @p's message of @kind for the current round (barrier kinds: the
+ * current barrier) has come.  A round message counts only for the round
+ * it names: a newer one in its other slot is kept for its own round, an
+ * older one is late and was discarded.  A peer can be one barrier ahead
+ * of us, and its newer barrier message then stands for this one.
  */
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
-	uint32_t now = ss__counts_barriers(kind) ? s->barrier_seq : s->round;
+	if (!ss__round_kind(kind))
+		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0;
+	return s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;
+}
 
-	return ss__rounds_after(s->seen[kind][p], now) >= 0;
+/*
+ * Whether @p's message of @kind for this round can still come: not when
+ * @p said it runs this round without us, nor when it has sent for a later
+ * round (one ordered queue pair: what it sent for this one is here).
+ */
+static inline bool ss__may_come(const struct ss_sync *s, int kind, int p)
+{
+	if (!ss__round_kind(kind))
+		return true;
+	return ss__rounds_after(s->skipped[p], s->round) < 0 &&
+	       ss__rounds_after(s->latest[p], s->round) <= 0;
+}
+
+/*
+ * Whether we may write this round's message of @kind into @p's slot: its
+ * previous message there is consumed once @p has finished the round that
+ * many slots back, which a message of the round after that proves.  A
+ * peer further behind gets a SKIP instead, so that no slot is overwritten
+ * before it is read and no read sees two rounds' data.
+ */
+static inline bool ss__slot_free(const struct ss_sync *s, int kind, int p)
+{
+	return ss__rounds_after(s->latest[p],
+				s->round - (uint32_t)ss__slots(kind) + 1) >= 0;
 }
 
 /*
@@ -207,16 +299,47 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms);
 /* ss__stop_peers() - tell every peer our shadow thread stopped. */
 void ss__stop_peers(struct ss_sync *s);
 
-/* ss__wait_msgs() - until every live peer sent @kind this round. */
+/*
+ * ss__wait_msgs() - until every live peer's message of @kind for this
+ * round has come or cannot come any more, at most until @deadline.  The
+ * peers missing are left out (ss__leave_out); returns how many.
+ */
 int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline);
 
 /* ss__wait_sends() - until our operations have completed. */
 void ss__wait_sends(struct ss_sync *s, uint64_t deadline);
 
+/*
+ * ss__drain() - before SNAP or AVG is written again: until no operation
+ * that reads or fills them is in flight.  Returns 0, or -EBUSY when some
+ * still are at @deadline (the buffers must not be touched).
+ */
+int ss__drain(struct ss_sync *s, uint64_t deadline);
+
+/* ss__deadline() - this round's deadline, from its timeout. */
+uint64_t ss__deadline(const struct ss_sync *s);
+
+/*
+ * ss__post_read() - READ from a peer's region into one of ours, counted
+ * in flight and in the peer's bandwidth.
+ */
+int ss__post_read(struct ss_sync *s, int p, int local, size_t local_off,
+		  int remote, size_t remote_off, size_t bytes);
+
 /* ss__leave_out() - count a peer missing from this round; report once. */
 void ss__leave_out(struct ss_sync *s, int p, const char *what);
 
-/* ss__post_imm() - WRITE_WITH_IMM from SNAP or AVG to a peer's region. */
+/*
+ * ss__behind() - whether @p is too far behind for this round's message of
+ * @kind (ss__slot_free); then it gets a SKIP and is left out.
+ */
+bool ss__behind(struct ss_sync *s, int kind, int p);
+
+/*
+ * ss__send() - WRITE_WITH_IMM from SNAP or AVG to a peer's region.  A
+ * round message goes only where ss__slot_free() allows; otherwise the
+ * peer gets a SKIP and -EAGAIN is returned.
+ */
 int ss__send(struct ss_sync *s, int p, int local, size_t local_off, int remote,
 	     size_t remote_off, size_t floats, int kind);
 

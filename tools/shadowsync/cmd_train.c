@@ -931,9 +931,18 @@ int ss_cmd_train(int argc, char **argv)
 			ss_sync_get_stats(sync, &s);
 			printf(",\"rounds\":%" PRIu64
 			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
-			       ",\"synced_floats\":%zu",
+			       ",\"rounds_partial\":%" PRIu64
+			       ",\"messages_late\":%" PRIu64
+			       ",\"round_timeout_ms\":%u,\"synced_floats\":%zu",
 			       s.rounds, s.rounds_per_s, s.sync_gap,
-			       s.peers_left_out, ss_sync_synced_len(sync));
+			       s.peers_left_out, s.rounds_partial,
+			       s.messages_late, s.round_timeout_ms,
+			       ss_sync_synced_len(sync));
+			printf(",\"left_out_by_peer\":[");
+			for (int p = 0; p < c.fabric.world; p++)
+				printf("%s%" PRIu64, p ? "," : "",
+				       ss_sync_peer_left_out(sync, p));
+			printf("]");
 		}
 		printf("}\n");
 	} else {
