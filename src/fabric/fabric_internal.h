@@ -124,9 +124,11 @@ size_t ss__page_round(size_t len);
 #define SS_HELLO_MAGIC 0x5353594eu /* "SSYN" */
 /*
  * 2: the shm control block after the hello holds its owner's start time;
- * 3: the sync layer's barriers have a second half (SS_MSG_BARRIER_DONE).
+ * 3: the sync layer's barriers have a second half (SS_MSG_BARRIER_DONE);
+ * 4: its round messages count for their own round only, with flow control
+ *    and SKIP messages.
  */
-#define SS_HELLO_VERSION 3
+#define SS_HELLO_VERSION 4
 
 struct ss__hello {
 	uint64_t job_key;
