@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -24,7 +25,7 @@
 #define MIB (1024 * 1024)
 
 /* Regions every rank allocates, in this order. */
-enum { R_SHARED, R_READONLY, R_INBOX, R_LOCAL, N_REGIONS };
+enum { R_SHARED, R_READONLY, R_INBOX, R_LOCAL, R_ATOMIC, N_REGIONS };
 
 struct rank_ctx {
 	struct ss_fabric *f;
@@ -142,6 +143,25 @@ static int signal_peer(struct rank_ctx *c, int peer, uint32_t imm)
 	return wait_op(c, 1000 + imm, SS_OP_WRITE_IMM);
 }
 
+/* A last round of marks: nobody leaves before every peer is done with it. */
+static int finish_together(struct rank_ctx *c)
+{
+	for (int p = 0; p < c->world; p++)
+		if (p != c->rank && signal_peer(c, p, FINAL_MARK))
+			return 1;
+	while (c->marks < c->world - 1) {
+		struct ss_completion comp;
+		int n = ss_fabric_poll(c->f, &comp, 1, 20000);
+
+		fail_if(n != 1 || comp.op != SS_OP_RECV_IMM ||
+				comp.imm != FINAL_MARK,
+			"last round: poll %d, %s imm %u", n,
+			ss_op_name(comp.op), comp.imm);
+		c->marks++;
+	}
+	return 0;
+}
+
 static int run_rank(struct job *job, int rank, int port_base,
 		    uint64_t default_key)
 {
@@ -150,7 +170,8 @@ static int run_rank(struct job *job, int rank, int port_base,
 	struct ss_fabric_options o;
 	static const unsigned access[N_REGIONS] = {
 		SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE,
-		SS_ACCESS_REMOTE_READ, SS_ACCESS_REMOTE_WRITE, SS_ACCESS_LOCAL
+		SS_ACCESS_REMOTE_READ, SS_ACCESS_REMOTE_WRITE, SS_ACCESS_LOCAL,
+		SS_ACCESS_REMOTE_ATOMIC
 	};
 	struct rank_ctx ctx = { .rank = rank, .world = job->world }, *c = &ctx;
 	int rc;
@@ -212,6 +233,58 @@ static int run_job_status(struct job *job, int *exits)
 static int run_job(struct job *job)
 {
 	return run_job_status(job, NULL);
+}
+
+/* ---- fetch-and-add: a counter every rank takes numbers from ------------- */
+
+#define FA_CLAIMS 300
+static uint64_t (*fa_got)[FA_CLAIMS]; /* shared with the test */
+
+static int body_fetch_add(struct rank_ctx *c, struct job *job)
+{
+	uint64_t *local = ss_region_ptr(c->r[R_LOCAL]);
+
+	(void)job;
+	/* rank 0 holds the counter and takes numbers from it too */
+	for (int k = 0; k < FA_CLAIMS; k++) {
+		fail_if(ss_fabric_fetch_add(c->f, 0, c->r[R_LOCAL],
+					    8 * (size_t)(k % 4), R_ATOMIC, 64,
+					    1, 500 + (uint64_t)k),
+			"fetch-add %d: %s", k, ss_last_error()->why);
+		if (wait_op(c, 500 + (uint64_t)k, SS_OP_FETCH_ADD))
+			return 1;
+		fa_got[c->rank][k] = local[k % 4];
+	}
+	fail_if(ss_fabric_fetch_add(c->f, 0, c->r[R_LOCAL], 4, R_ATOMIC, 64, 1,
+				    9) != -EINVAL,
+		"an unaligned fetch-add was taken");
+	return finish_together(c);
+}
+
+Test(fabric, fetch_add_hands_out_every_number_once, .timeout = 240)
+{
+	struct job job = { .world = 3, .body = body_fetch_add };
+	bool *seen = calloc(3 * FA_CLAIMS, sizeof(bool));
+
+	skip_without_device();
+	fa_got = mmap(NULL, sizeof(*fa_got) * 3, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(fa_got, MAP_FAILED);
+	cr_assert_eq(run_job(&job), 0);
+	for (int r = 0; r < 3; r++)
+		for (int k = 0; k < FA_CLAIMS; k++) {
+			uint64_t v = fa_got[r][k];
+
+			cr_assert_lt(v, 3 * FA_CLAIMS, "rank %d got %llu", r,
+				     (unsigned long long)v);
+			cr_assert(!seen[v], "%llu handed out twice",
+				  (unsigned long long)v);
+			seen[v] = true;
+			if (k > 0)
+				cr_assert_gt(v, fa_got[r][k - 1],
+					     "rank %d went back", r);
+		}
+	free(seen);
 }
 
 /* ---- READ and WRITE of every size, at unaligned offsets ---------------- */
@@ -397,20 +470,7 @@ static int body_all_pairs(struct rank_ctx *c, struct job *job)
 		fail_if(mismatch(local, 4096, p, 0) >= 0, "data of %d", p);
 	}
 	/* Nobody leaves before everyone has read: a last round of marks. */
-	for (int p = 0; p < c->world; p++)
-		if (p != c->rank && signal_peer(c, p, FINAL_MARK))
-			return 1;
-	while (c->marks < c->world - 1) {
-		struct ss_completion comp;
-		int n = ss_fabric_poll(c->f, &comp, 1, 20000);
-
-		fail_if(n != 1 || comp.op != SS_OP_RECV_IMM ||
-				comp.imm != FINAL_MARK,
-			"last round: poll %d, %s imm %u", n,
-			ss_op_name(comp.op), comp.imm);
-		c->marks++;
-	}
-	return 0;
+	return finish_together(c);
 }
 
 Test(fabric, three_ranks_every_pair, .timeout = 240)

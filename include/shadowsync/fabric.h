@@ -47,6 +47,7 @@ enum ss_access {
 	SS_ACCESS_LOCAL = 0,
 	SS_ACCESS_REMOTE_READ = 1 << 0,
 	SS_ACCESS_REMOTE_WRITE = 1 << 1,
+	SS_ACCESS_REMOTE_ATOMIC = 1 << 2, /* 64-bit fetch-and-add */
 };
 
 struct ss_fabric_options {
@@ -205,11 +206,30 @@ int ss_fabric_write_imm(struct ss_fabric *fabric, int peer,
 			int remote_index, size_t remote_off, size_t len,
 			uint32_t imm, uint64_t wr_id);
 
+/*
+ * ss_fabric_fetch_add() - add @add to the 64-bit word at @remote_off of
+ * region @remote_index of @peer, atomically against every other fetch-add
+ * on it, and put the value it held before into the 8 bytes of @local at
+ * @local_off.  Both offsets 8-byte aligned; the region needs
+ * SS_ACCESS_REMOTE_ATOMIC.  @peer may be this rank: over verbs the add
+ * then goes through the NIC too (a loopback queue pair), because a NIC's
+ * atomics need not be atomic against the CPU's (IBV_ATOMIC_HCA).  So a
+ * word that fetch-adds use must be touched by nothing else once
+ * connected.  Some NICs put the old value in big-endian on little-endian
+ * hosts (Connect-IB); a caller whose values stay below 2^32 can tell.
+ * Returns as the other operations.
+ */
+int ss_fabric_fetch_add(struct ss_fabric *fabric, int peer,
+			struct ss_region *local, size_t local_off,
+			int remote_index, size_t remote_off, uint64_t add,
+			uint64_t wr_id);
+
 enum ss_op {
 	SS_OP_READ,
 	SS_OP_WRITE,
 	SS_OP_WRITE_IMM,
 	SS_OP_RECV_IMM, /* a peer's WRITE_WITH_IMM arrived */
+	SS_OP_FETCH_ADD,
 };
 
 struct ss_completion {
@@ -258,7 +278,7 @@ void ss_strings_free(char ***list, int n);
  */
 int ss_launcher_rank(int *rank, int *world, const char **source);
 
-/* ss_op_name() - "READ", "WRITE", "WRITE_WITH_IMM" or "RECV_IMM". */
+/* ss_op_name() - "READ", "WRITE", "WRITE_WITH_IMM", "RECV_IMM", "FETCH_ADD". */
 const char *ss_op_name(enum ss_op op);
 
 #ifdef __cplusplus

@@ -61,7 +61,7 @@ const char *ss_transport_name(enum ss_transport transport)
 const char *ss_op_name(enum ss_op op)
 {
 	static const char *const names[] = { "READ", "WRITE", "WRITE_WITH_IMM",
-					     "RECV_IMM" };
+					     "RECV_IMM", "FETCH_ADD" };
 
 	return names[op];
 }
@@ -214,7 +214,8 @@ int ss_fabric_alloc(struct ss_fabric *f, size_t len, unsigned access,
 	r->fabric = f;
 	r->index = f->n_regions;
 	r->len = ss__page_round(len);
-	r->access = access & (SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE);
+	r->access = access & (SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE |
+			      SS_ACCESS_REMOTE_ATOMIC);
 	rc = f->ops->alloc(f, r);
 	if (rc < 0)
 		return rc;
@@ -244,6 +245,7 @@ int ss_fabric_connect(struct ss_fabric *f)
 
 	if (f->connected)
 		return 0;
+	ss__self_regions(f);
 	rc = f->ops->connect(f);
 	if (rc < 0)
 		return rc;
@@ -251,6 +253,22 @@ int ss_fabric_connect(struct ss_fabric *f)
 		f->peers[p].epoch = 1;
 	f->connected = true;
 	return 0;
+}
+
+/*
+ * Our own regions as a peer's are described, for fetch-adds to ourselves;
+ * the backend fills in what it needs (verbs: the rkeys).
+ */
+void ss__self_regions(struct ss_fabric *f)
+{
+	struct ss__peer *self = &f->peers[f->opts.rank];
+
+	self->n_regions = f->n_regions;
+	for (int i = 0; i < f->n_regions; i++) {
+		self->regions[i].addr = (uint64_t)(uintptr_t)f->regions[i].ptr;
+		self->regions[i].len = f->regions[i].len;
+		self->regions[i].access = f->regions[i].access;
+	}
 }
 
 uint32_t ss_fabric_peer_epoch(const struct ss_fabric *f, int peer)
@@ -355,7 +373,7 @@ static int ss_post(struct ss_fabric *f, const struct ss__op *op)
 				    "call ss_fabric_connect first", "%s",
 				    ss_op_name(op->op));
 	if (op->peer < 0 || op->peer >= f->opts.world ||
-	    op->peer == f->opts.rank)
+	    (op->peer == f->opts.rank && op->op != SS_OP_FETCH_ADD))
 		return ss_error_set(-EINVAL, "no such peer", NULL,
 				    "%s to peer %d", ss_op_name(op->op),
 				    op->peer);
@@ -391,7 +409,7 @@ int ss_fabric_read(struct ss_fabric *f, int peer, struct ss_region *local,
 		   size_t len, uint64_t wr_id)
 {
 	struct ss__op op = { SS_OP_READ, peer, local, local_off, remote_index,
-			     remote_off, len,  0,     wr_id };
+			     remote_off, len,  0,     wr_id,	 0 };
 
 	return ss_post(f, &op);
 }
@@ -401,8 +419,24 @@ int ss_fabric_write(struct ss_fabric *f, int peer, struct ss_region *local,
 		    size_t len, uint64_t wr_id)
 {
 	struct ss__op op = { SS_OP_WRITE, peer, local, local_off, remote_index,
-			     remote_off,  len,	0,     wr_id };
+			     remote_off,  len,	0,     wr_id,	  0 };
 
+	return ss_post(f, &op);
+}
+
+int ss_fabric_fetch_add(struct ss_fabric *f, int peer, struct ss_region *local,
+			size_t local_off, int remote_index, size_t remote_off,
+			uint64_t add, uint64_t wr_id)
+{
+	struct ss__op op = { SS_OP_FETCH_ADD, peer,	  local, local_off,
+			     remote_index,    remote_off, 8,	 0,
+			     wr_id,	      add };
+
+	if (local_off % 8 || remote_off % 8)
+		return ss_error_set(-EINVAL, "not 8-byte aligned", NULL,
+				    "FETCH_ADD at local offset %zu, remote "
+				    "offset %zu",
+				    local_off, remote_off);
 	return ss_post(f, &op);
 }
 
@@ -410,10 +444,9 @@ int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
 			size_t local_off, int remote_index, size_t remote_off,
 			size_t len, uint32_t imm, uint64_t wr_id)
 {
-	struct ss__op op = {
-		SS_OP_WRITE_IMM, peer, local, local_off, remote_index,
-		remote_off,	 len,  imm,   wr_id
-	};
+	struct ss__op op = { SS_OP_WRITE_IMM, peer,	  local, local_off,
+			     remote_index,    remote_off, len,	 imm,
+			     wr_id,	      0 };
 
 	if (imm == SS_IMM_RESERVED)
 		return ss_error_set(-EINVAL, "the value is reserved", NULL,

@@ -49,6 +49,7 @@ struct ss__op {
 	size_t len;
 	uint32_t imm;
 	uint64_t wr_id;
+	uint64_t add; /* SS_OP_FETCH_ADD */
 };
 
 struct ss__fabric_ops {
@@ -110,6 +111,9 @@ bool ss__retry_due(struct ss_fabric *fabric, int peer);
  * up, and it is logged with its rank and address and @how.
  */
 void ss__peer_back(struct ss_fabric *fabric, int peer, const char *how);
+
+/* ss__self_regions() - our regions as peers[rank]'s, for fetch-adds. */
+void ss__self_regions(struct ss_fabric *fabric);
 
 /* ss__page_round() - @len rounded up to the page size (at least a page). */
 size_t ss__page_round(size_t len);

@@ -299,7 +299,8 @@ static int ss_shm_map_regions(struct ss_fabric *f, int p)
 				    "its region table is corrupt", NULL,
 				    "peer %d (%s)", p, peer->addr);
 	for (int i = 0; i < peer->n_regions; i++) {
-		int prot = peer->regions[i].access & SS_ACCESS_REMOTE_WRITE ?
+		int prot = peer->regions[i].access & (SS_ACCESS_REMOTE_WRITE |
+						      SS_ACCESS_REMOTE_ATOMIC) ?
 				   PROT_READ | PROT_WRITE :
 			   peer->regions[i].access & SS_ACCESS_REMOTE_READ ?
 				   PROT_READ :
@@ -454,22 +455,37 @@ static int ss_shm_check_peer(struct ss_fabric *f, int p)
 	return 0;
 }
 
+/* A fetch-add, to a peer's mapping or our own region: a CPU atomic. */
+static int ss_shm_fetch_add(struct ss_fabric *f, const struct ss__op *op,
+			    char *remote, struct ss_completion *c)
+{
+	uint64_t old = __atomic_fetch_add(
+		(uint64_t *)(void *)(remote + op->remote_off), op->add,
+		__ATOMIC_SEQ_CST);
+
+	memcpy((char *)op->local->ptr + op->local_off, &old, sizeof(old));
+	return ss__backlog_push(f, c);
+}
+
 static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 {
 	struct ss_shm *s = f->backend;
 	struct ss_shm_peer *sp = &s->peers[op->peer];
 	const struct ss__remote_region *rr =
 		&f->peers[op->peer].regions[op->remote_index];
-	unsigned need = op->op == SS_OP_READ ? SS_ACCESS_REMOTE_READ :
-					       SS_ACCESS_REMOTE_WRITE;
+	unsigned need = op->op == SS_OP_READ	  ? SS_ACCESS_REMOTE_READ :
+			op->op == SS_OP_FETCH_ADD ? SS_ACCESS_REMOTE_ATOMIC :
+						    SS_ACCESS_REMOTE_WRITE;
 	struct ss_completion c = { .wr_id = op->wr_id,
 				   .peer = op->peer,
 				   .op = op->op };
+	bool self = op->peer == f->opts.rank;
 	char *local = (char *)op->local->ptr + op->local_off;
-	char *remote = (char *)sp->maps[op->remote_index];
+	char *remote = self ? (char *)f->regions[op->remote_index].ptr :
+			      (char *)sp->maps[op->remote_index];
 	struct ss_shm_ring *ring = NULL;
 	uint64_t tail = 0;
-	int rc = ss_shm_check_peer(f, op->peer);
+	int rc = self ? 0 : ss_shm_check_peer(f, op->peer);
 
 	if (rc < 0)
 		return rc;
@@ -477,12 +493,12 @@ static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 		/* As a NIC would: the peer refuses, the completion says so. */
 		c.status = SS_EREMOTE;
 		ss_log_debug(
-			"shm: %s to region %d of peer %d refused: it is not remote-%s",
-			ss_op_name(op->op), op->remote_index, op->peer,
-			need == SS_ACCESS_REMOTE_READ ? "readable" :
-							"writable");
+			"shm: %s to region %d of peer %d refused: it lacks the right",
+			ss_op_name(op->op), op->remote_index, op->peer);
 		return ss__backlog_push(f, &c);
 	}
+	if (op->op == SS_OP_FETCH_ADD)
+		return ss_shm_fetch_add(f, op, remote, &c);
 	if (op->op == SS_OP_WRITE_IMM) {
 		uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
 

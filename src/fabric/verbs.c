@@ -133,7 +133,9 @@ static int ss_verbs_alloc_mem(struct ss_verbs *v, size_t len, int access,
 static int ss_verbs_ibv_access(unsigned access)
 {
 	return (access & SS_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
-	       (access & SS_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0);
+	       (access & SS_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
+	       (access & SS_ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC :
+						   0);
 }
 
 static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
@@ -615,11 +617,19 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 			wr->wr.rdma.remote_addr =
 				rr->addr + op->remote_off + off;
 			wr->wr.rdma.rkey = rr->rkey;
-			wr->opcode = op->op == SS_OP_READ ?
-					     IBV_WR_RDMA_READ :
-				     last && op->op == SS_OP_WRITE_IMM ?
-					     IBV_WR_RDMA_WRITE_WITH_IMM :
-					     IBV_WR_RDMA_WRITE;
+			if (op->op == SS_OP_FETCH_ADD) {
+				wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+				wr->wr.atomic.remote_addr =
+					rr->addr + op->remote_off;
+				wr->wr.atomic.rkey = rr->rkey;
+				wr->wr.atomic.compare_add = op->add;
+			} else
+				wr->opcode =
+					op->op == SS_OP_READ ?
+						IBV_WR_RDMA_READ :
+					last && op->op == SS_OP_WRITE_IMM ?
+						IBV_WR_RDMA_WRITE_WITH_IMM :
+						IBV_WR_RDMA_WRITE;
 			if (wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM)
 				wr->imm_data = htobe32(op->imm);
 			if (last) {
@@ -629,7 +639,8 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 				wr->send_flags |= IBV_SEND_SIGNALED;
 				wr->wr_id |= SS_WR_PART;
 			}
-			if (op->op != SS_OP_READ && len && len <= v->max_inline)
+			if (op->op != SS_OP_READ && op->op != SS_OP_FETCH_ADD &&
+			    len && len <= v->max_inline)
 				wr->send_flags |= IBV_SEND_INLINE;
 		}
 		/* the return value is the error: errno need not be set */
@@ -703,6 +714,8 @@ static void ss_verbs_close(struct ss_fabric *f)
 		if (v->peers[p].id)
 			rdma_destroy_id(v->peers[p].id);
 	}
+	if (v->loop_qp)
+		ibv_destroy_qp(v->loop_qp);
 	for (int i = 0; i < f->n_regions; i++)
 		ss_verbs_free_region(f, &f->regions[i]);
 	ss_verbs_free_mem(v, v->table, v->table_mr);

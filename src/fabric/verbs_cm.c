@@ -71,7 +71,8 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 		return ss_error_set(-errno, NULL, NULL,
 				    "rdma_init_qp_attr (INIT) for peer %d", p);
 	attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-			       IBV_ACCESS_REMOTE_WRITE;
+			       IBV_ACCESS_REMOTE_WRITE |
+			       IBV_ACCESS_REMOTE_ATOMIC;
 	if (ibv_modify_qp(vp->qp, &attr, mask))
 		return ss_error_set(-errno, NULL, NULL,
 				    "ibv_modify_qp to INIT for peer %d on %s",
@@ -709,8 +710,142 @@ static int ss_connect_timeout(struct ss_fabric *f)
 		ss__verbs_where(v), missing);
 }
 
+/* The GID of our own address, RoCE v2 first: the loopback's destination. */
+static int ss_own_gid(struct ss_fabric *f, union ibv_gid *gid)
+{
+	struct ss_verbs *v = f->backend;
+	const struct sockaddr_in *in = (const void *)&v->local_addr;
+	union ibv_gid want = { 0 };
+	int best = -1;
+
+	if (v->local_addr.ss_family == AF_INET) {
+		want.raw[10] = want.raw[11] = 0xff; /* IPv4-mapped */
+		memcpy(&want.raw[12], &in->sin_addr, 4);
+	} else {
+		memcpy(want.raw,
+		       &((const struct sockaddr_in6 *)(const void *)&v
+				 ->local_addr)
+				->sin6_addr,
+		       16);
+	}
+	for (int i = 0; i < v->port_attr.gid_tbl_len; i++) {
+		struct ibv_gid_entry e;
+
+		if (ibv_query_gid_ex(v->ctx, v->port, (uint32_t)i, &e, 0) ||
+		    memcmp(e.gid.raw, want.raw, 16))
+			continue;
+		if (best < 0 || e.gid_type == IBV_GID_TYPE_ROCE_V2)
+			best = i;
+	}
+	if (f->opts.gid_index >= 0)
+		best = f->opts.gid_index;
+	if (best < 0)
+		best = 0;
+	if (ibv_query_gid(v->ctx, v->port, best, gid))
+		return ss_error_set(-errno, NULL, NULL,
+				    "ibv_query_gid %d on %s", best,
+				    ss__verbs_where(v));
+	return best;
+}
+
+/* One loopback QP through INIT, RTR (to @dest) and RTS. */
+static int ss_loopback_ready(struct ss_fabric *f, struct ibv_qp *qp,
+			     uint32_t dest, int gid_index,
+			     const union ibv_gid *gid)
+{
+	struct ss_verbs *v = f->backend;
+	struct ibv_qp_attr a = {
+		.qp_state = IBV_QPS_INIT,
+		.port_num = v->port,
+		.qp_access_flags =
+			IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+			IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC,
+	};
+
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+				  IBV_QP_ACCESS_FLAGS))
+		return -errno;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.path_mtu = v->port_attr.active_mtu;
+	a.dest_qp_num = dest;
+	a.max_dest_rd_atomic = 1;
+	a.min_rnr_timer = 12;
+	a.ah_attr.dlid = v->port_attr.lid;
+	a.ah_attr.port_num = v->port;
+	if (v->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = *gid;
+		a.ah_attr.grh.sgid_index = (uint8_t)gid_index;
+		a.ah_attr.grh.hop_limit = 1;
+	}
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+				  IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				  IBV_QP_MAX_DEST_RD_ATOMIC |
+				  IBV_QP_MIN_RNR_TIMER))
+		return -errno;
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.timeout = 14;
+	a.retry_cnt = 7;
+	a.rnr_retry = 6;
+	a.max_rd_atomic = 1;
+	if (ibv_modify_qp(qp, &a,
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+				  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+				  IBV_QP_MAX_QP_RD_ATOMIC))
+		return -errno;
+	return 0;
+}
+
+int ss__verbs_loopback(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	int me = f->opts.rank, gid_index, rc;
+	struct ss_verbs_peer *vp = &v->peers[me];
+	struct ibv_qp_init_attr ia = {
+		.send_cq = v->cq,
+		.recv_cq = v->cq,
+		.cap = { .max_send_wr = SS_VERBS_SQ_DEPTH,
+			 .max_recv_wr = 1,
+			 .max_send_sge = 1,
+			 .max_recv_sge = 1 },
+		.qp_type = IBV_QPT_RC,
+	};
+	union ibv_gid gid;
+
+	gid_index = ss_own_gid(f, &gid);
+	if (gid_index < 0)
+		return gid_index;
+	vp->qp = ibv_create_qp(v->pd, &ia);
+	v->loop_qp = ibv_create_qp(v->pd, &ia);
+	if (!vp->qp || !v->loop_qp)
+		return ss_error_set(-errno, NULL, NULL,
+				    "ibv_create_qp for the loopback on %s",
+				    ss__verbs_where(v));
+	rc = ss_loopback_ready(f, vp->qp, v->loop_qp->qp_num, gid_index, &gid);
+	if (rc == 0)
+		rc = ss_loopback_ready(f, v->loop_qp, vp->qp->qp_num, gid_index,
+				       &gid);
+	if (rc < 0)
+		return ss_error_set(
+			rc, NULL,
+			"check the GID index (--gid-index, SS_GID_INDEX)",
+			"the loopback queue pair (fetch-adds to ourselves) on %s, GID index %d",
+			ss__verbs_where(v), gid_index);
+	vp->state = SS_VP_UP;
+	vp->rd_atom = 1;
+	for (int i = 0; i < f->n_regions; i++)
+		f->peers[me].regions[i].rkey =
+			((struct ibv_mr *)f->regions[i].backend)->rkey;
+	return 0;
+}
+
 int ss__verbs_connect(struct ss_fabric *f)
 {
+	int rc;
 	struct ss_verbs *v = f->backend;
 	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
 	struct ss__table *table = v->table;
@@ -753,7 +888,8 @@ int ss__verbs_connect(struct ss_fabric *f)
 		if (ss_deadline_passed(deadline))
 			return ss_connect_timeout(f);
 	}
-	return ss_finish_connect(f, deadline);
+	rc = ss_finish_connect(f, deadline);
+	return rc < 0 ? rc : ss__verbs_loopback(f);
 }
 
 /* A peer coming back: its table, then "ready" both ways, then it is up. */

@@ -83,6 +83,8 @@ struct ss_verbs {
 	struct ss__table *peer_tables; /* where peers' tables are read to */
 	struct ibv_mr *peer_tables_mr;
 	struct ss_verbs_peer *peers;
+	/* the loopback's responder; its sender is peers[rank].qp */
+	struct ibv_qp *loop_qp;
 	/* while connecting: the first fatal error, the last peer refused */
 	int cm_fatal;
 	char cm_refusal[256];
@@ -108,6 +110,12 @@ void ss__verbs_peer_down(struct ss_fabric *f, int p, const char *why);
 
 /* ss__verbs_resolve() - "host:port" or "[v6]:port" to an address. */
 int ss__verbs_resolve(const char *text, struct sockaddr_storage *out);
+
+/*
+ * ss__verbs_loopback() - two QPs of ours connected to each other, the
+ * sending one as peers[rank]'s, for fetch-adds to our own memory.
+ */
+int ss__verbs_loopback(struct ss_fabric *f);
 
 /* ss__verbs_connect() - connect to every peer (the backend's connect). */
 int ss__verbs_connect(struct ss_fabric *f);
