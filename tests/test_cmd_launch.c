@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,6 +51,43 @@ Test(cmd_launch, two_ranks_share_the_data_and_sum_up)
 		  out);
 	cr_assert(strstr(out, "{\"rank\":1,\"world\":2,\"examples\":"), "%s",
 		  out);
+}
+
+/*
+ * --data-split dynamic (the default): ranks claim chunks of the file as
+ * they go, and over 2 epochs every example is trained exactly twice in
+ * all, whichever rank took it; the ranks' chunks add up to the file's.
+ */
+Test(cmd_launch, dynamic_data_trains_every_example_once_per_epoch)
+{
+	char cmd[1024], out[16384];
+	const char *p;
+	double chunks = 0;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"%s launch -n 3 --port %d --json -- train --data %s/train.txt " MODEL
+		" --threads 2 --oversubscribe --progress 0 --epochs 2 "
+		"--chunk-size 16384 2>&1",
+		SS_COMMAND, port() + 10, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	cr_assert(
+		strstr(out, "\"failed\":0,\"restarts\":0,\"examples\":12000,"),
+		"%s", out);
+	for (p = strstr(out, "\"data_split\":\"dynamic\""); p;
+	     p = strstr(p + 1, "\"data_split\":\"dynamic\""))
+		chunks += cmd_json_number(p, "chunks");
+	/* 2 epochs of the file in 16 KiB chunks */
+	{
+		struct stat st;
+		char path[256];
+
+		snprintf(path, sizeof(path), "%s/train.txt", dir);
+		cr_assert_eq(stat(path, &st), 0);
+		cr_assert_float_eq(
+			chunks, 2.0 * (double)((st.st_size + 16383) / 16384),
+			0.5, "%g chunks trained in all\n%s", chunks, out);
+	}
 }
 
 /* --sync-tables no: the shadow synchronizes the dense MLPs only (6005 of
@@ -203,7 +241,10 @@ Test(cmd_launch, the_worst_rank_is_named)
 	cr_assert(strstr(out, " AUC  calib "), "%s", out);
 }
 
-/* `launch -n 4 --json -- train` of @algo on @d's big/held files, into @out. */
+/*
+ * `launch -n 4 --json -- train` of @algo on @d's big/held files, into
+ * @out; static data, so that both runs have the same rounds.
+ */
 static void four_ranks_foreground(char *out, size_t size, int p,
 				  const char *algo)
 {
@@ -212,7 +253,8 @@ static void four_ranks_foreground(char *out, size_t size, int p,
 			"%s launch -n 4 --port %d --json -- train --data %s/big.txt "
 			"--test %s/held.txt --emb-dim 8 --bottom 13-32-8 --top 64-1 "
 			"--hash-size 2000 --threads 1 --optimizer adagrad --lr 0.02 "
-			"--mode foreground --sync-every 5 --sync %s --progress 0 2>&1",
+			"--mode foreground --sync-every 5 --sync %s --progress 0 "
+			"--data-split static 2>&1",
 			SS_COMMAND, p, dir, dir, algo),
 		0, "%s", out);
 }

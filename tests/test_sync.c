@@ -388,6 +388,86 @@ Test(sync, round_timeout_grows_with_bytes_over_bandwidth, .timeout = 180)
 	run(&job);
 }
 
+/* ---- data by chunks: every chunk to exactly one rank -------------------- */
+
+#define CLAIM_CHUNKS 600
+#define CLAIM_THREADS 2
+
+struct claim_record {
+	int owner[CLAIM_CHUNKS]; /* 1 + the rank that got it, 0: nobody */
+	int twice; /* chunks handed out more than once */
+};
+
+static struct claim_record *claim_rec;
+
+struct claimer {
+	struct ss_sync *s;
+	int rank, rc;
+};
+
+static void *claimer_main(void *arg)
+{
+	struct claimer *c = arg;
+	uint64_t chunk;
+
+	while ((c->rc = ss_sync_claim(c->s, &chunk)) == 0 &&
+	       chunk < CLAIM_CHUNKS)
+		if (__atomic_exchange_n(&claim_rec->owner[chunk], 1 + c->rank,
+					__ATOMIC_SEQ_CST))
+			__atomic_fetch_add(&claim_rec->twice, 1,
+					   __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+/*
+ * Ranks 0 and 1 claim while their shadow threads run rounds (which post
+ * the fetch-adds in their waits); rank 2 has none, and its trainers drive
+ * the fabric themselves.
+ */
+static int body_claims(struct ss_sync *s, int rank, struct job *job)
+{
+	struct claimer c[CLAIM_THREADS];
+	pthread_t th[CLAIM_THREADS];
+
+	(void)job;
+	if (rank != 2)
+		fail_if(ss_shadow_start(s, NULL, NULL), "shadow");
+	for (int i = 0; i < CLAIM_THREADS; i++) {
+		c[i] = (struct claimer){ s, rank, 0 };
+		pthread_create(&th[i], NULL, claimer_main, &c[i]);
+	}
+	for (int i = 0; i < CLAIM_THREADS; i++) {
+		pthread_join(th[i], NULL);
+		fail_if(c[i].rc, "claim: %s", ss_strerror(c[i].rc));
+	}
+	if (rank != 2)
+		fail_if(ss_shadow_stop(s), "shadow thread");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, every_chunk_is_claimed_by_exactly_one_rank, .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_claims,
+			   .init = init_distinct };
+	int per_rank[3] = { 0 };
+
+	claim_rec = mmap(NULL, sizeof(*claim_rec), PROT_READ | PROT_WRITE,
+			 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(claim_rec, MAP_FAILED);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	run(&job);
+	cr_assert_eq(claim_rec->twice, 0, "%d chunks handed out twice",
+		     claim_rec->twice);
+	for (int k = 0; k < CLAIM_CHUNKS; k++) {
+		cr_assert(claim_rec->owner[k], "chunk %d went to nobody", k);
+		per_rank[claim_rec->owner[k] - 1]++;
+	}
+	cr_log_info("chunks per rank: %d %d %d", per_rank[0], per_rank[1],
+		    per_rank[2]);
+}
+
 /* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
 
 static float u(int rank, int round, int i)

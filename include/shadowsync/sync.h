@@ -187,6 +187,19 @@ void ss_sync_foreground_leave(struct ss_sync *sync);
  */
 void ss_sync_add_iterations(struct ss_sync *sync, uint64_t iterations);
 
+/*
+ * ss_sync_claim() - the next chunk number of the job's data, from a
+ * counter at rank 0 that every rank advances by one-sided fetch-and-add:
+ * each number goes to exactly one rank, and a rank that asks more often
+ * gets more.  Numbers count up from 0 with no end; the caller maps them
+ * to data and stops past its last.  Thread-safe: trainers call it while
+ * the shadow thread runs (which posts and completes the fetch-adds in its
+ * waits) or, with no round running, it drives the fabric itself.  After
+ * ss_sync_begin.  Returns 0; SS_EPEER when rank 0 is gone; -ETIMEDOUT
+ * after 4 x the round timeout + 5 s without an answer.
+ */
+int ss_sync_claim(struct ss_sync *sync, uint64_t *chunk);
+
 struct ss_sync_stats {
 	uint64_t rounds; /* rounds applied */
 	double rounds_per_s; /* since ss_sync_begin */

@@ -291,10 +291,20 @@ struct ss_train_options {
 	int sync_every; /* > 0: foreground rounds every k steps per trainer */
 	/* Optional: running totals, added to atomically, for progress */
 	struct ss_train_progress *progress;
+	/*
+	 * Data by chunks (train --data-split dynamic): when set, trainers
+	 * take byte ranges of @data from here, one after another, instead
+	 * of a fixed slice of [begin, end) each for @epochs passes (both
+	 * then unused).  Returns 1 with a range, 0 when there is no more,
+	 * or -errno with the detail set.  Called from every trainer thread.
+	 */
+	int (*next_range)(void *ctx, uint64_t *begin, uint64_t *end);
+	void *range_ctx;
 };
 
 struct ss_train_result {
 	uint64_t examples, skipped;
+	uint64_t ranges; /* taken from next_range (dynamic data) */
 	double loss_sum; /* for the mean training log loss */
 	double seconds;
 };

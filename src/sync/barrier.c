@@ -61,7 +61,7 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
  * round a peer gave up half-way.  It is also where a new process of a rank
  * is let in: from here it takes part in rounds.
  */
-int ss_sync_barrier(struct ss_sync *s)
+int ss__barrier(struct ss_sync *s)
 {
 	unsigned wait = 4 * s->timeout_ms + 5000;
 	uint64_t deadline = ss_deadline_ns(wait);
@@ -144,4 +144,14 @@ int ss_sync_barrier(struct ss_sync *s)
 				    "sync barrier %u of rank %d",
 				    s->barrier_seq - 1, s->rank);
 	return 0;
+}
+
+int ss_sync_barrier(struct ss_sync *s)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->fabric_lock);
+	rc = ss__barrier(s);
+	pthread_mutex_unlock(&s->fabric_lock);
+	return rc;
 }

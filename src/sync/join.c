@@ -97,7 +97,7 @@ static int ss_sync_join(struct ss_sync *s, int h)
 	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
 		    h);
 	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
-	return ss_sync_barrier(s);
+	return ss__barrier(s);
 }
 
 int ss_sync_begin(struct ss_sync *s)
@@ -109,7 +109,9 @@ int ss_sync_begin(struct ss_sync *s)
 	s->last_iterations = atomic_load(&s->iterations);
 	h = ss_sync_find_running(s);
 	/* After this barrier every rank's center is in place. */
-	rc = h < 0 ? ss_sync_barrier(s) : ss_sync_join(s, h);
+	pthread_mutex_lock(&s->fabric_lock);
+	rc = h < 0 ? ss__barrier(s) : ss_sync_join(s, h);
+	pthread_mutex_unlock(&s->fabric_lock);
 	if (rc == 0)
 		s->state->began = htobe32(SS_STATE_BEGAN);
 	return rc;

@@ -125,11 +125,15 @@ static void ss_op_done(struct ss_sync *s, const struct ss_completion *c)
 void ss__pump(struct ss_sync *s, unsigned wait_ms)
 {
 	struct ss_completion c[32];
-	int n = ss_fabric_poll(s->fabric, c, 32, wait_ms);
+	int n;
 
+	ss__claims_post(s); /* trainers' claims ride on our waits */
+	n = ss_fabric_poll(s->fabric, c, 32, wait_ms);
 	for (int i = 0; i < n; i++) {
 		if (c[i].op == SS_OP_RECV_IMM)
 			ss_sync_message(s, &c[i]);
+		else if (c[i].op == SS_OP_FETCH_ADD)
+			ss__claim_done(s, &c[i]);
 		else
 			ss_op_done(s, &c[i]);
 	}

@@ -81,8 +81,10 @@ static void *ss_shadow_main(void *arg)
 			 * be reconnected (fabric progress) and its request to
 			 * join heard (messages).
 			 */
+			pthread_mutex_lock(&s->fabric_lock);
 			ss__pump(s, 0);
 			ss_fabric_progress(s->fabric);
+			pthread_mutex_unlock(&s->fabric_lock);
 			ss_sleep_ns(1000000);
 			continue;
 		}
@@ -95,7 +97,9 @@ static void *ss_shadow_main(void *arg)
 		ss_shadow_cap(s, &base);
 	}
 	/* Peers in a round with us need not wait out their timeout. */
+	pthread_mutex_lock(&s->fabric_lock);
 	ss__stop_peers(s);
+	pthread_mutex_unlock(&s->fabric_lock);
 	return NULL;
 }
 

@@ -77,6 +77,8 @@ static size_t ss_region_floats(int region, size_t n, int world)
 		return sizeof(struct ss__state) / sizeof(float);
 	case SS_R_SNAP: /* and the word a barrier sends */
 		return n + 1;
+	case SS_R_CLAIMS: /* the counter and a word per claim in flight */
+		return 2 * (1 + SS_CLAIM_SLOTS);
 	default: /* PARAMS, AVG, SNAP */
 		return n;
 	}
@@ -103,6 +105,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 		[SS_R_CENTER] = SS_ACCESS_REMOTE_READ,
 		[SS_R_SNAP] = SS_ACCESS_LOCAL,
 		[SS_R_STATE] = SS_ACCESS_REMOTE_READ,
+		[SS_R_CLAIMS] = SS_ACCESS_REMOTE_ATOMIC,
 	};
 
 	for (int i = 0; i < SS_R_COUNT; i++) {
@@ -127,6 +130,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
 	s->state = ss_region_ptr(s->r[SS_R_STATE]);
+	s->claim_words = ss_region_ptr(s->r[SS_R_CLAIMS]);
 	s->ctrl = (uint32_t *)(s->inbox + 2 * (size_t)s->world * s->shard_max);
 	for (int i = 0; s->opts.topo && i < SS_R_COUNT; i++) {
 		if (ss_topo_bind(s->opts.topo, ss_region_ptr(s->r[i]),
@@ -213,6 +217,16 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	s->world = ss_fabric_world(fabric);
 	s->shard_max = (s->n + (size_t)s->world - 1) / (size_t)s->world;
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->fabric_lock, NULL);
+	pthread_mutex_init(&s->claim_lock, NULL);
+	{
+		pthread_condattr_t attr; /* claims wait by the monotonic clock */
+
+		pthread_condattr_init(&attr);
+		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+		pthread_cond_init(&s->claim_cond, &attr);
+		pthread_condattr_destroy(&attr);
+	}
 	ss_sync_defaults(s);
 	rc = ss_sync_alloc_peers(s);
 	if (rc < 0)
@@ -275,6 +289,9 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->w_g);
 	free(s->momentum);
 	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->fabric_lock);
+	pthread_mutex_destroy(&s->claim_lock);
+	pthread_cond_destroy(&s->claim_cond);
 	free(s);
 	*sync = NULL;
 }
@@ -338,7 +355,7 @@ static unsigned ss_sync_timeout(const struct ss_sync *s)
 					      SS_ROUND_TIMEOUT_MAX_MS;
 }
 
-int ss_sync_round(struct ss_sync *s)
+static int ss_round(struct ss_sync *s)
 {
 	struct ss__round_result res = { 0 };
 	uint64_t start = ss_now_ns();
@@ -355,7 +372,7 @@ int ss_sync_round(struct ss_sync *s)
 	 * reseeds while we wait there), not a round.
 	 */
 	if (ss__join_wanted(s))
-		return ss_sync_barrier(s);
+		return ss__barrier(s);
 
 	/*
 	 * A peer out of the round must not look, once 2^27 rounds have wrapped
@@ -412,6 +429,16 @@ int ss_sync_round(struct ss_sync *s)
 	s->round = (s->round + 1) & SS_ROUND_MASK;
 	if (rc == 0)
 		ss_record(s, start, &res);
+	return rc;
+}
+
+int ss_sync_round(struct ss_sync *s)
+{
+	int rc;
+
+	pthread_mutex_lock(&s->fabric_lock);
+	rc = ss_round(s);
+	pthread_mutex_unlock(&s->fabric_lock);
 	return rc;
 }
 

@@ -18,6 +18,8 @@ enum {
 	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here;
 		    * then the word a barrier sends */
 	SS_R_STATE, /* struct ss__state, remote-READ: whether we run */
+	SS_R_CLAIMS, /* remote-ATOMIC: word 0 rank 0's chunk counter, then
+		      * where our fetch-adds put what they fetched */
 	SS_R_COUNT
 };
 
@@ -72,9 +74,16 @@ static inline int ss__slots(int kind)
 	return kind == SS_MSG_MA_AVG ? 1 : 2;
 }
 
-/* An operation's wr_id: the peer, and the message kind it sends (0: READ). */
+/*
+ * An operation's wr_id: the peer, the message kind it sends (0: READ,
+ * SS_WR_CLAIM: a chunk claim), and for a claim the word it fetches into.
+ */
 #define SS_WR_ID(peer, kind) ((uint64_t)(peer) | (uint64_t)(kind) << 32)
-#define SS_WR_KIND(wr_id) ((int)((wr_id) >> 32))
+#define SS_WR_KIND(wr_id) ((int)(((wr_id) >> 32) & 0xff))
+#define SS_WR_CLAIM 0xff
+#define SS_WR_CLAIM_SLOT(wr_id) ((int)((wr_id) >> 40))
+#define SS_CLAIM_SLOTS 8 /* claims in flight at once */
+#define SS_CLAIM_QUEUE 64 /* claimed chunks not yet taken */
 
 /* The round timeout, unless the options set it: scaled between these. */
 #define SS_ROUND_TIMEOUT_MIN_MS 5000u
@@ -154,6 +163,24 @@ struct ss_sync {
 	int thread_rc;
 	struct ss_topo *topo;
 	const struct ss_plan_slot *slot;
+
+	/*
+	 * Held by whoever drives the fabric: a round, a barrier, the shadow
+	 * thread polling alone, or a trainer that claims a chunk while none
+	 * of those runs.
+	 */
+	pthread_mutex_t fabric_lock;
+
+	/* chunk claims (claims.c), under claim_lock */
+	pthread_mutex_t claim_lock;
+	pthread_cond_t claim_cond;
+	uint64_t *claim_words; /* SS_R_CLAIMS: [0] the counter, [1..] fetched */
+	uint64_t claim_queue[SS_CLAIM_QUEUE];
+	unsigned claim_head, claim_count;
+	int claims_wanted; /* asked for and not yet handed out */
+	bool claim_busy[SS_CLAIM_SLOTS]; /* a fetch-add into word 1 + i */
+	int claims_in_flight;
+	int claim_rc; /* the counter's holder failed: claims fail */
 
 	/* the foreground barrier: bounded, and trainers may leave it */
 	pthread_mutex_t fg_lock;
@@ -286,6 +313,16 @@ static inline bool ss__readable(const struct ss_sync *s, int p)
  * rounds those alive.
  */
 bool ss__expected(const struct ss_sync *s, int kind, int p);
+
+/*
+ * ss__claims_post() - post the fetch-adds that trainers' claims wait for
+ * (the caller holds fabric_lock); ss__claim_done() - one completed.
+ */
+void ss__claims_post(struct ss_sync *s);
+void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
+
+/* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
+int ss__barrier(struct ss_sync *s);
 
 /* ss__join_wanted() - whether a connected peer asked to join. */
 bool ss__join_wanted(const struct ss_sync *s);

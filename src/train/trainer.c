@@ -24,7 +24,7 @@ struct ss_trainer {
 	int index;
 	uint64_t begin, end;
 	/* results */
-	uint64_t examples, skipped;
+	uint64_t examples, skipped, ranges;
 	double loss_sum;
 	int rc;
 	struct ss_error error; /* the detail of rc, from this thread */
@@ -60,6 +60,33 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 	*ne = isnan(ne_now) ? 0 : ne_now;
 }
 
+/*
+ * The trainer's next range: the next chunk of the job's data (dynamic), or
+ * its own slice again for the next epoch.  Returns 1 with @reader open on
+ * it, 0 when the trainer is done, or an error.
+ */
+static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
+			   int *epoch)
+{
+	const struct ss_train_options *o = t->opts;
+	uint64_t begin = t->begin, end = t->end;
+	int rc;
+
+	if (*reader)
+		t->skipped += ss_reader_skipped(*reader);
+	ss_reader_close(reader);
+	if (o->next_range) {
+		rc = o->next_range(o->range_ctx, &begin, &end);
+		if (rc <= 0)
+			return rc;
+		t->ranges++;
+	} else if (++*epoch >= o->epochs) {
+		return 0; /* the last pass: the range is done */
+	}
+	rc = ss_reader_open(reader, o->data, begin, end, o->bad_lines);
+	return rc < 0 ? rc : 1;
+}
+
 static int ss_trainer_run(struct ss_trainer *t)
 {
 	const struct ss_train_options *o = t->opts;
@@ -67,7 +94,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 	struct ss_reader *reader = NULL;
 	struct ss_example *batch;
 	uint64_t steps = 0;
-	int rc, epoch = 0;
+	int rc, epoch = -1;
 
 	if (o->topo && o->plan && ss_topo_is_this_machine(o->topo) &&
 	    1 + t->index < o->plan->n_slots &&
@@ -80,9 +107,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 				    t->index);
 	rc = ss_model_work_create(&work, t->config, o->batch);
 	if (rc == 0)
-		rc = ss_reader_open(&reader, o->data, t->begin, t->end,
-				    o->bad_lines);
-	while (rc == 0) {
+		rc = ss_trainer_next(t, &reader, &epoch);
+	while (rc == 1) {
 		int got = 0, more = 1;
 
 		while (got < o->batch &&
@@ -105,21 +131,18 @@ static int ss_trainer_run(struct ss_trainer *t)
 			if (o->sync)
 				ss_sync_add_iterations(o->sync, 1);
 			if (o->sync && o->sync_every > 0 &&
-			    steps % (uint64_t)o->sync_every == 0)
-				rc = ss_sync_foreground(o->sync);
+			    steps % (uint64_t)o->sync_every == 0 &&
+			    (rc = ss_sync_foreground(o->sync)) < 0)
+				break;
+			rc = 1;
 		}
-		if (more == 0 && ++epoch >= o->epochs)
-			break; /* the last pass: the range is done */
-		if (more == 0) { /* again from the start of the range */
-			ss_reader_close(&reader);
-			rc = ss_reader_open(&reader, o->data, t->begin, t->end,
-					    o->bad_lines);
-		}
+		if (more == 0)
+			rc = ss_trainer_next(t, &reader, &epoch);
 	}
 	if (o->sync && o->sync_every > 0)
 		ss_sync_foreground_leave(o->sync);
 	if (reader)
-		t->skipped = ss_reader_skipped(reader);
+		t->skipped += ss_reader_skipped(reader);
 	ss_reader_close(&reader);
 	ss_model_work_destroy(&work);
 	free(batch);
@@ -226,6 +249,7 @@ int ss_train(const struct ss_model_config *config, float *params,
 		pthread_join(threads[i], NULL);
 		result->examples += t[i].examples;
 		result->skipped += t[i].skipped;
+		result->ranges += t[i].ranges;
 		result->loss_sum += t[i].loss_sum;
 		if (t[i].rc < 0 && rc == 0) {
 			/* the trainer's own detail, into this thread's */

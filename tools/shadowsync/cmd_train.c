@@ -30,7 +30,14 @@ static void ss_train_usage(FILE *out)
 		"Hogwild trainer threads, keeping the replica in sync with the other ranks.\n"
 		"\n"
 		"data\n"
-		"  --data FILE            training data (each rank reads 1/N of it)\n"
+		"  --data FILE            training data\n"
+		"  --data-split S         dynamic (default with several ranks): ranks claim\n"
+		"                         the next chunk of the file as they go (a counter\n"
+		"                         at rank 0, one-sided fetch-and-add), so fast ranks\n"
+		"                         take more; static (default for one rank, and with\n"
+		"                         --sync none): each rank reads its fixed 1/N\n"
+		"  --chunk-size BYTES     dynamic: bytes a chunk (default: the file over 64\n"
+		"                         per rank, 64 KiB to 64 MiB)\n"
 		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
 		"  --bad-lines P          fail (default) or skip malformed lines\n"
 		"model\n"
@@ -46,7 +53,7 @@ static void ss_train_usage(FILE *out)
 		"                         stay on this node, shared by its trainers, not synced\n"
 		"  --lr X                 learning rate (default 0.01 for adagrad, 0.1 for sgd)\n"
 		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
-		"  --epochs N             passes over this rank's share of the data (default 1)\n"
+		"  --epochs N             passes over the data (default 1)\n"
 		"  --oversubscribe        allow more trainers than cores\n"
 		"synchronization\n"
 		"  --sync A               ma (default), easgd, bmuf, gossip or none\n"
@@ -122,6 +129,8 @@ enum {
 	OPT_SAVE,
 	OPT_SAVE_EVERY,
 	OPT_LOAD,
+	OPT_DATA_SPLIT,
+	OPT_CHUNK_SIZE,
 };
 
 struct ss_train_cmd {
@@ -146,7 +155,57 @@ struct ss_train_cmd {
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
 	const char *blas; /* the BLIS kernels' name */
 	bool dense_only; /* --sync-tables no */
+	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
+	long chunk_size; /* --chunk-size; 0: automatic */
 };
+
+/*
+ * Data by chunks: chunk numbers from the job's counter at rank 0 (a local
+ * one without a sync engine, for a single rank's trainers), mapped to
+ * byte ranges of the file, epoch after epoch.
+ */
+struct ss_chunks {
+	struct ss_sync *sync;
+	uint64_t next; /* the local counter */
+	uint64_t size, chunk, per_epoch, total;
+};
+
+static int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end)
+{
+	struct ss_chunks *k = ctx;
+	uint64_t n;
+
+	if (k->sync) {
+		int rc = ss_sync_claim(k->sync, &n);
+
+		if (rc < 0)
+			return rc;
+	} else {
+		n = __atomic_fetch_add(&k->next, 1, __ATOMIC_RELAXED);
+	}
+	if (n >= k->total)
+		return 0;
+	*begin = n % k->per_epoch * k->chunk;
+	*end = *begin + k->chunk < k->size ? *begin + k->chunk : k->size;
+	return 1;
+}
+
+/* The chunks of a file of @size bytes among @world ranks. */
+static void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
+			   long chunk_size, int epochs)
+{
+	uint64_t chunk = chunk_size > 0 ? (uint64_t)chunk_size :
+					  size / (64 * (uint64_t)world);
+
+	if (chunk_size <= 0 && chunk < (64u << 10))
+		chunk = 64u << 10;
+	if (chunk_size <= 0 && chunk > (64u << 20))
+		chunk = 64u << 20;
+	k->size = size;
+	k->chunk = chunk;
+	k->per_epoch = size ? (size + chunk - 1) / chunk : 1;
+	k->total = k->per_epoch * (uint64_t)epochs;
+}
 
 static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 {
@@ -165,6 +224,8 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
 		{ "epochs", required_argument, NULL, OPT_EPOCHS },
+		{ "data-split", required_argument, NULL, OPT_DATA_SPLIT },
+		{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
 		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "mode", required_argument, NULL, OPT_MODE },
@@ -197,6 +258,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	};
 	static const char *const modes[] = { "shadow", "foreground", NULL };
 	static const char *const yes_no[] = { "yes", "no", NULL };
+	static const char *const splits[] = { "dynamic", "static", NULL };
 	const char *key = getenv("SS_JOB_KEY");
 	long v;
 	double d;
@@ -212,6 +274,7 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->seed = 1;
 	c->progress = 5;
 	c->port = 7000;
+	c->split = -1;
 	if (key && *key &&
 	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
 		c->fabric.job_key = (uint64_t)v;
@@ -317,6 +380,15 @@ static int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
 					   3600000, &v);
 			c->sync.round_timeout_ms = (unsigned)v;
+			break;
+		case OPT_DATA_SPLIT:
+			rc = ss_parse_choice("--data-split", optarg, splits,
+					     &i);
+			c->split = i;
+			break;
+		case OPT_CHUNK_SIZE:
+			rc = ss_parse_long("--chunk-size", optarg, 4096,
+					   1l << 40, &c->chunk_size);
 			break;
 		case OPT_SYNC_TABLES:
 			rc = ss_parse_choice("--sync-tables", optarg, yes_no,
@@ -733,6 +805,7 @@ int ss_cmd_train(int argc, char **argv)
 	pthread_t prog_thread = 0;
 	bool prog_started = false, shadow = false;
 	struct stat st;
+	struct ss_chunks chunks = { 0 };
 	float *params = NULL;
 	size_t len = 0;
 	int rc = ss_train_parse(argc, argv, &c);
@@ -846,7 +919,30 @@ int ss_cmd_train(int argc, char **argv)
 			shadow = true;
 		}
 	}
-	/* This rank's share of the bytes. */
+	/*
+	 * The data: by chunks claimed as the trainers go, or this rank's
+	 * fixed share of the bytes.  Ranks without a sync engine have no
+	 * counter in common: each keeps its own share.
+	 */
+	if (c.split < 0) /* chunks help ranks, not one rank's trainers */
+		c.split = sync && c.fabric.world > 1 ? 0 : 1;
+	if (c.split == 0 && !sync && c.fabric.world > 1) {
+		ss_log_warn("--sync none: no counter in common, so each rank "
+			    "reads its own 1/%d of the data (--data-split "
+			    "static)",
+			    c.fabric.world);
+		c.split = 1;
+	}
+	if (c.split == 0) {
+		ss_chunks_plan(&chunks, (uint64_t)st.st_size, c.fabric.world,
+			       c.chunk_size, c.train.epochs);
+		chunks.sync = sync;
+		c.train.next_range = ss_train_next_chunk;
+		c.train.range_ctx = &chunks;
+		ss_log_info("data: %" PRIu64 " chunks of %" PRIu64
+			    " bytes, claimed as the ranks go",
+			    chunks.total, chunks.chunk);
+	}
 	c.train.begin = (uint64_t)st.st_size * (uint64_t)c.fabric.rank /
 			(uint64_t)c.fabric.world;
 	c.train.end = (uint64_t)st.st_size * (uint64_t)(c.fabric.rank + 1) /
@@ -901,14 +997,15 @@ int ss_cmd_train(int argc, char **argv)
 		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
 		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\","
 		       "\"optimizer\":\"%s\",\"lr\":%g,\"params\":%zu,\"dense_params\":%zu,"
-		       "\"blas\":\"%s\"",
+		       "\"blas\":\"%s\",\"data_split\":\"%s\",\"chunks\":%" PRIu64,
 		       c.fabric.rank, c.fabric.world, res.examples, res.skipped,
 		       res.seconds, (double)res.examples / res.seconds,
 		       res.examples ? res.loss_sum / (double)res.examples : 0,
 		       ss_sync_algo_name(c.sync.algo),
 		       c.foreground ? "foreground" : "shadow",
 		       ss_optimizer_name(c.train.optimizer), (double)c.train.lr,
-		       len, ss_model_dense_len(&c.model), c.blas);
+		       len, ss_model_dense_len(&c.model), c.blas,
+		       c.split ? "static" : "dynamic", res.ranges);
 		/* what BLIS was told, for another run to be given the same */
 		printf(",\"blis_arch_type\":");
 		if (getenv("BLIS_ARCH_TYPE"))
@@ -958,6 +1055,9 @@ int ss_cmd_train(int argc, char **argv)
 		if (res.skipped)
 			printf("skipped %" PRIu64 " malformed lines\n",
 			       res.skipped);
+		if (c.split == 0)
+			printf("trained %" PRIu64 " chunks of the data\n",
+			       res.ranges);
 		if (c.test)
 			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f\n",
 			       test.ne, test.auc, test.calibration);

@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Data handed out by chunks: rank 0's claims region holds a counter that
+ * every rank (rank 0 too, through the NIC) advances by one-sided
+ * fetch-and-add, so the next chunk goes to whoever asks first and every
+ * chunk to exactly one rank.  Trainers ask from their own threads; the
+ * fetch-adds are posted and completed by whichever thread drives the
+ * fabric (a round's waits, the shadow thread, or the asking trainer
+ * itself when nobody does), so trainers never share the fabric's queues.
+ */
+#include <byteswap.h>
+#include <errno.h>
+#include <time.h>
+
+#include "sync_internal.h"
+
+void ss__claims_post(struct ss_sync *s)
+{
+	pthread_mutex_lock(&s->claim_lock);
+	for (int i = 0;
+	     i < SS_CLAIM_SLOTS &&
+	     s->claims_wanted > s->claims_in_flight + (int)s->claim_count;
+	     i++) {
+		if (s->claim_busy[i] || s->claim_rc)
+			continue;
+		if (ss_fabric_fetch_add(s->fabric, 0, s->r[SS_R_CLAIMS],
+					8 * (size_t)(1 + i), SS_R_CLAIMS, 0, 1,
+					SS_WR_ID(0, SS_WR_CLAIM) |
+						(uint64_t)i << 40) < 0) {
+			s->claim_rc = SS_EPEER;
+			pthread_cond_broadcast(&s->claim_cond);
+			break;
+		}
+		s->claim_busy[i] = true;
+		s->claims_in_flight++;
+	}
+	pthread_mutex_unlock(&s->claim_lock);
+}
+
+void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
+{
+	int i = SS_WR_CLAIM_SLOT(c->wr_id);
+	uint64_t v = s->claim_words[1 + i];
+
+	/*
+	 * Some NICs reply in big-endian on little-endian hosts; counts stay
+	 * far below 2^32, so a value that is not is one of those.
+	 */
+	if (v >> 32)
+		v = bswap_64(v);
+	pthread_mutex_lock(&s->claim_lock);
+	s->claim_busy[i] = false;
+	s->claims_in_flight--;
+	if (c->status) {
+		s->claim_rc = c->status;
+	} else {
+		s->claim_queue[(s->claim_head + s->claim_count) %
+			       SS_CLAIM_QUEUE] = v;
+		s->claim_count++;
+	}
+	pthread_cond_broadcast(&s->claim_cond);
+	pthread_mutex_unlock(&s->claim_lock);
+}
+
+int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
+{
+	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
+	int rc = 0;
+
+	pthread_mutex_lock(&s->claim_lock);
+	s->claims_wanted++;
+	while (!s->claim_count && !s->claim_rc) {
+		if (ss_deadline_passed(deadline)) {
+			rc = -ETIMEDOUT;
+			break;
+		}
+		pthread_mutex_unlock(&s->claim_lock);
+		if (pthread_mutex_trylock(&s->fabric_lock) == 0) {
+			/* nobody drives the fabric: we do */
+			ss__claims_post(s);
+			ss__pump(s, 1);
+			pthread_mutex_unlock(&s->fabric_lock);
+			pthread_mutex_lock(&s->claim_lock);
+		} else {
+			/* the driver posts ours in its next wait (1 ms) */
+			struct timespec ts;
+
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			ts.tv_nsec += 2000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_mutex_lock(&s->claim_lock);
+			if (!s->claim_count && !s->claim_rc)
+				pthread_cond_timedwait(&s->claim_cond,
+						       &s->claim_lock, &ts);
+		}
+	}
+	if (rc == 0 && s->claim_count) {
+		*chunk = s->claim_queue[s->claim_head];
+		s->claim_head = (s->claim_head + 1) % SS_CLAIM_QUEUE;
+		s->claim_count--;
+	} else if (rc == 0) {
+		rc = s->claim_rc;
+	}
+	s->claims_wanted--;
+	pthread_mutex_unlock(&s->claim_lock);
+	if (rc < 0)
+		return ss_error_set(
+			rc,
+			rc == -ETIMEDOUT ?
+				"no answer from rank 0, which holds the chunk counter" :
+				"rank 0, which holds the chunk counter, is gone",
+			"see rank 0's own messages",
+			"claiming a chunk of the data (rank %d)", s->rank);
+	return 0;
+}
