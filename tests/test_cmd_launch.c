@@ -90,6 +90,47 @@ Test(cmd_launch, dynamic_data_trains_every_example_once_per_epoch)
 	}
 }
 
+/*
+ * Ranks that finish far apart: rank 0 trains 1 epoch of its share, rank 1
+ * 40.  Rank 0 waits for rank 1 once, the barrier's bounded wait (4 x the
+ * round timeout + 5 s), then finishes without it and leaves; rank 1 goes
+ * on alone.  Both succeed, and each saves and evaluates.  (Before, rank 0
+ * gave up on its final barrier and exited 1 with neither.)
+ */
+Test(cmd_launch, ranks_that_finish_far_apart_both_save_and_evaluate)
+{
+	char cmd[4096], out[16384];
+	int p = port() + 14;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"T='%s train --data %s/train.txt --test %s/test.txt " MODEL
+		" --threads 1 --progress 0 --json --transport shm "
+		"--data-split static --peers 127.0.0.1:%d,127.0.0.1:%d "
+		"--save %s/m{rank}.ssck'; "
+		"( $T --rank 0 --epochs 1 > %s/o0 2>&1; echo rc0=$? > %s/r0 ) & "
+		"( $T --rank 1 --epochs 40 > %s/o1 2>&1; echo rc1=$? > %s/r1 ); "
+		"wait; cat %s/r0 %s/r1 %s/o0 %s/o1; ls %s",
+		SS_COMMAND, dir, dir, p, p + 1, dir, dir, dir, dir, dir, dir,
+		dir, dir, dir, dir);
+	cmd_run(out, sizeof(out), "%s", cmd);
+	cr_assert(strstr(out, "rc0=0"), "%s", out);
+	cr_assert(strstr(out, "rc1=0"), "%s", out);
+	cr_assert(strstr(out, "m0.ssck") && strstr(out, "m1.ssck"), "%s", out);
+	{
+		const char *r0 = strstr(out, "{\"rank\":0,"),
+			   *r1 = strstr(out, "{\"rank\":1,");
+
+		cr_assert(r0 && r1, "%s", out);
+		/* its half once, the other half 40 times */
+		cr_assert_float_eq(cmd_json_number(r0, "examples") +
+					   cmd_json_number(r1, "examples") / 40,
+				   6000, 1e-6, "%s", out);
+		cr_assert(cmd_json_number(r0, "test_ne") > 0, "%s", out);
+		cr_assert(cmd_json_number(r1, "test_ne") > 0, "%s", out);
+	}
+}
+
 /* --sync-tables no: the shadow synchronizes the dense MLPs only (6005 of
  * this model's floats: bottom 292, top 5713), the tables stay each rank's. */
 Test(cmd_launch, dense_only_sync_synchronizes_the_mlps)

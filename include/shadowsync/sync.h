@@ -145,9 +145,32 @@ int ss_sync_round(struct ss_sync *sync);
 /*
  * ss_sync_barrier() - wait until every live rank has called it, at most
  * 4 x the round timeout + 5 s (ranks may be finishing a round).  Ranks
- * then go on from the same round number.  Returns 0 or -ETIMEDOUT.
+ * then go on from the same round number, and the members of the rounds
+ * are those that came.  Returns 0, or -ETIMEDOUT when a connected rank
+ * did not come: then too the ranks that came go on together, without it.
  */
 int ss_sync_barrier(struct ss_sync *sync);
+
+/*
+ * ss_sync_leave() - this rank is done: tell every peer (a LEAVE), which
+ * goes on without it, the shards re-divided among the ranks that remain,
+ * from its next round.  No round after it (a barrier may still run, and
+ * a rank that leaves is not waited for in the others' barriers).  A new
+ * process of the rank joins again as any restarted rank.  Returns 0.
+ */
+int ss_sync_leave(struct ss_sync *sync);
+
+/*
+ * ss_sync_finish() - the end of a rank's training, shadow thread stopped:
+ * a barrier with the ranks that are done too (or whose shadow threads
+ * come to it), for S-MA and S-BMUF one last round among them (all then
+ * hold the same exact average), a last barrier, and ss_sync_leave().  A
+ * rank that does not come within the barrier's wait (it has far more
+ * data left) is not waited for again: it goes on alone and finishes the
+ * same way; *@missing says how many (may be NULL).  Returns 0, or the
+ * round's error.
+ */
+int ss_sync_finish(struct ss_sync *sync, int *missing);
 
 /*
  * ss_shadow_start() - start the shadow thread, pinned to @slot when it is
@@ -195,8 +218,10 @@ void ss_sync_add_iterations(struct ss_sync *sync, uint64_t iterations);
  * to data and stops past its last.  Thread-safe: trainers call it while
  * the shadow thread runs (which posts and completes the fetch-adds in its
  * waits) or, with no round running, it drives the fabric itself.  After
- * ss_sync_begin.  Returns 0; SS_EPEER when rank 0 is gone; -ETIMEDOUT
- * after 4 x the round timeout + 5 s without an answer.
+ * ss_sync_begin.  Once rank 0 has left (ss_sync_leave), which it does
+ * when its own claims are past the data, every number is UINT64_MAX.
+ * Returns 0; SS_EPEER when rank 0 is gone; -ETIMEDOUT after 4 x the
+ * round timeout + 5 s without an answer.
  */
 int ss_sync_claim(struct ss_sync *sync, uint64_t *chunk);
 
@@ -214,6 +239,8 @@ struct ss_sync_stats {
 	uint64_t messages_late; /* came after their round: discarded */
 	uint64_t easgd_dropped; /* S-EASGD deltas sent that never arrived */
 	unsigned round_timeout_ms; /* the last round's */
+	uint64_t view_changes; /* times the members changed, shards re-divided */
+	int members; /* ranks in the rounds now, this one included */
 	uint64_t joins; /* restarted (or late) peers let in by a barrier */
 	uint64_t reseeds; /* times this rank reseeded from a peer (0 or 1) */
 	uint64_t iterations; /* as reported by the trainers */

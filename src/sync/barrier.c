@@ -30,19 +30,25 @@ static size_t ss_barrier_word(const struct ss_sync *s, int p)
  * peer had yet to read (an S-EASGD delta then counted twice and another
  * lost; the round after a barrier often has the parity of the one before).
  */
+/* Whether @p came to this barrier: its message is here, and it takes part. */
+static bool ss_came(const struct ss_sync *s, int p)
+{
+	return p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
+	       ss__expected(s, SS_MSG_BARRIER, p);
+}
+
 static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 {
 	bool all;
 
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p))
+		if (ss_came(s, p))
 			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
 				 SS_MSG_BARRIER_DONE);
 	do {
 		all = true;
 		for (int p = 0; p < s->world; p++)
-			if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
-			    ss_fabric_peer_ok(s->fabric, p) &&
+			if (ss_came(s, p) &&
 			    !ss__got(s, SS_MSG_BARRIER_DONE, p))
 				all = false;
 		if (!all && ss_deadline_passed(deadline))
@@ -67,6 +73,7 @@ int ss__barrier(struct ss_sync *s)
 	uint64_t deadline = ss_deadline_ns(wait);
 	uint32_t top = s->round;
 	uint64_t joins = 0;
+	bool came[SS_FABRIC_MAX_PEERS];
 	int rc = 0;
 
 	/*
@@ -88,7 +95,7 @@ int ss__barrier(struct ss_sync *s)
 			if (!s->barrier_sent[p]) {
 				s->barrier_sent[p] = true;
 				ss__send(s, p, SS_R_SNAP, s->n, SS_R_INBOX,
-					 2 * (size_t)s->world * s->shard_max +
+					 ss__ctrl_off(s) +
 						 ss_barrier_word(s, s->rank),
 					 1, SS_MSG_BARRIER);
 			}
@@ -109,8 +116,10 @@ int ss__barrier(struct ss_sync *s)
 	ss__wait_sends(s, deadline);
 	if (ss_barrier_done(s, deadline) < 0)
 		rc = -ETIMEDOUT;
+	for (int p = 0; p < s->world; p++)
+		came[p] = ss_came(s, p);
 	for (int p = 0; p < s->world; p++) {
-		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p)) {
+		if (came[p]) {
 			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];
 
 			if (ss__rounds_after(theirs, top) > 0)
@@ -119,9 +128,13 @@ int ss__barrier(struct ss_sync *s)
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
 			s->joining[p] = false;
+			s->left[p] = false;
 		}
-		s->paused[p] = false;
+		if (!s->left[p])
+			s->paused[p] = false;
 	}
+	/* the members from here on: who came */
+	ss__set_members(s, came);
 	if (joins) {
 		pthread_mutex_lock(&s->lock);
 		s->joins += joins;
@@ -136,7 +149,7 @@ int ss__barrier(struct ss_sync *s)
 	 * is in our next round with us: its slots are free.
 	 */
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss__got(s, SS_MSG_BARRIER, p))
+		if (came[p])
 			s->latest[p] = s->round;
 	s->barrier_seq++;
 	if (rc < 0)

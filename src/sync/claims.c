@@ -70,6 +70,14 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 	pthread_mutex_lock(&s->claim_lock);
 	s->claims_wanted++;
 	while (!s->claim_count && !s->claim_rc) {
+		if (s->rank != 0 &&
+		    __atomic_load_n(&s->left[0], __ATOMIC_RELAXED)) {
+			/* rank 0 left when it had claimed the last chunk */
+			s->claims_wanted--;
+			pthread_mutex_unlock(&s->claim_lock);
+			*chunk = UINT64_MAX;
+			return 0;
+		}
 		if (ss_deadline_passed(deadline)) {
 			rc = -ETIMEDOUT;
 			break;

@@ -13,7 +13,7 @@
  * Our shard of the S-EASGD center and of the S-BMUF global model start
  * from the replica.
  */
-static void ss_sync_state_from_replica(struct ss_sync *s)
+void ss__state_from_replica(struct ss_sync *s)
 {
 	size_t own = ss__shard_off(s, s->rank),
 	       own_len = ss__shard_len(s, s->rank);
@@ -90,7 +90,7 @@ static int ss_sync_join(struct ss_sync *s, int h)
 			"start this rank again; it reseeds from a healthy peer",
 			"sync: rank %d reseeding %zu floats from rank %d",
 			s->rank, s->n, h);
-	ss_sync_state_from_replica(s);
+	ss__state_from_replica(s);
 	pthread_mutex_lock(&s->lock);
 	s->reseeds++;
 	pthread_mutex_unlock(&s->lock);
@@ -104,7 +104,7 @@ int ss_sync_begin(struct ss_sync *s)
 {
 	int h, rc;
 
-	ss_sync_state_from_replica(s);
+	ss__state_from_replica(s);
 	s->begin_ns = ss_now_ns();
 	s->last_iterations = atomic_load(&s->iterations);
 	h = ss_sync_find_running(s);

@@ -80,6 +80,12 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->paused[c->peer] = true;
 		return;
 	}
+	if (kind == SS_MSG_LEAVE) {
+		ss_log_info("sync: rank %d leaves", c->peer);
+		__atomic_store_n(&s->left[c->peer], true, __ATOMIC_RELAXED);
+		s->paused[c->peer] = true;
+		return;
+	}
 	if (kind == SS_MSG_JOIN) {
 		if (!s->joining[c->peer])
 			ss_log_info("sync: peer %d asks to join", c->peer);
@@ -147,8 +153,10 @@ bool ss__expected(const struct ss_sync *s, int kind, int p)
 {
 	if (p == s->rank)
 		return false;
-	if (kind == SS_MSG_BARRIER)
-		return ss_fabric_peer_ok(s->fabric, p);
+	if (kind == SS_MSG_BARRIER) /* a rank that left, only to join */
+		return ss_fabric_peer_ok(s->fabric, p) &&
+		       (!s->left[p] || s->joining[p]) &&
+		       (!s->barrier_members_only || s->member_index[p] >= 0);
 	return ss__alive(s, p);
 }
 

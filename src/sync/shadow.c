@@ -54,7 +54,7 @@ static bool ss_any_peer(struct ss_sync *s)
 	for (int p = 0; p < s->world; p++)
 		if (p != s->rank && ss__alive(s, p))
 			return true;
-	return ss__join_wanted(s);
+	return ss__barrier_due(s);
 }
 
 static void *ss_shadow_main(void *arg)
@@ -75,16 +75,21 @@ static void *ss_shadow_main(void *arg)
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
 		int rc;
 
-		if (!ss_any_peer(s)) {
+		bool alone;
+
+		pthread_mutex_lock(&s->fabric_lock);
+		alone = !ss_any_peer(s);
+		if (alone) {
 			/*
 			 * Alone: no round to run, but a peer coming back must
 			 * be reconnected (fabric progress) and its request to
 			 * join heard (messages).
 			 */
-			pthread_mutex_lock(&s->fabric_lock);
 			ss__pump(s, 0);
 			ss_fabric_progress(s->fabric);
-			pthread_mutex_unlock(&s->fabric_lock);
+		}
+		pthread_mutex_unlock(&s->fabric_lock);
+		if (alone) {
 			ss_sleep_ns(1000000);
 			continue;
 		}

@@ -66,20 +66,17 @@ static void ss_sync_defaults(struct ss_sync *s)
 /* Floats in each region: one table for allocating and for sizing. */
 static size_t ss_region_floats(int region, size_t n, int world)
 {
-	size_t shard_max = (n + (size_t)world - 1) / (size_t)world;
-
 	switch (region) {
-	case SS_R_INBOX: /* two slots per peer, then two barrier words */
-		return 2 * (size_t)world * shard_max + 2 * (size_t)world;
-	case SS_R_CENTER:
-		return shard_max;
+	case SS_R_INBOX: /* 2 x M slots of ceil(n / M) floats for any M
+			  * members, then two barrier words per rank */
+		return 2 * (n + (size_t)world) + 2 * (size_t)world;
 	case SS_R_STATE:
 		return sizeof(struct ss__state) / sizeof(float);
 	case SS_R_SNAP: /* and the word a barrier sends */
 		return n + 1;
 	case SS_R_CLAIMS: /* the counter and a word per claim in flight */
 		return 2 * (1 + SS_CLAIM_SLOTS);
-	default: /* PARAMS, AVG, SNAP */
+	default: /* PARAMS, AVG, CENTER */
 		return n;
 	}
 }
@@ -131,7 +128,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
 	s->state = ss_region_ptr(s->r[SS_R_STATE]);
 	s->claim_words = ss_region_ptr(s->r[SS_R_CLAIMS]);
-	s->ctrl = (uint32_t *)(s->inbox + 2 * (size_t)s->world * s->shard_max);
+	s->ctrl = (uint32_t *)(s->inbox + ss__ctrl_off(s));
 	for (int i = 0; s->opts.topo && i < SS_R_COUNT; i++) {
 		if (ss_topo_bind(s->opts.topo, ss_region_ptr(s->r[i]),
 				 ss_region_len(s->r[i]), s->opts.numa) < 0) {
@@ -181,10 +178,13 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->flight_bytes = calloc(w, sizeof(uint64_t));
 	s->left_out_count = calloc(w, sizeof(uint64_t));
 	s->bandwidth = calloc(w, sizeof(double));
+	s->member_index = calloc(w, sizeof(int));
+	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->joining || !s->barrier_sent || !s->easgd_early ||
 	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
-	    !s->flight_bytes || !s->left_out_count || !s->bandwidth)
+	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
+	    !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -215,7 +215,7 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	s->n = opts->synced ? opts->synced : n;
 	s->rank = ss_fabric_rank(fabric);
 	s->world = ss_fabric_world(fabric);
-	s->shard_max = (s->n + (size_t)s->world - 1) / (size_t)s->world;
+
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->fabric_lock, NULL);
 	pthread_mutex_init(&s->claim_lock, NULL);
@@ -231,13 +231,21 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	rc = ss_sync_alloc_peers(s);
 	if (rc < 0)
 		goto err;
+	{
+		bool all[SS_FABRIC_MAX_PEERS];
+
+		for (int p = 0; p < s->world; p++)
+			all[p] = true; /* every rank, until a barrier says */
+		s->n_members = 0;
+		ss__set_members(s, all);
+		s->view_changes = 0;
+	}
 	if (opts->algo == SS_SYNC_BMUF) { /* of our shard only */
-		s->w_g = calloc(s->shard_max, sizeof(float));
-		s->momentum = calloc(s->shard_max, sizeof(float));
+		s->w_g = calloc(s->n, sizeof(float));
+		s->momentum = calloc(s->n, sizeof(float));
 		if (!s->w_g || !s->momentum) {
 			rc = ss_error_set(-ENOMEM, NULL, NULL,
-					  "S-BMUF state of %zu floats",
-					  s->shard_max);
+					  "S-BMUF state of %zu floats", s->n);
 			goto err;
 		}
 	}
@@ -279,6 +287,8 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->flight_bytes);
 	free(s->left_out_count);
 	free(s->bandwidth);
+	free(s->member_index);
+	free(s->left);
 	free(s->paused);
 	free(s->epoch);
 	free(s->joining);
@@ -332,6 +342,88 @@ static void ss_record(struct ss_sync *s, uint64_t start_ns,
 	pthread_mutex_unlock(&s->lock);
 }
 
+bool ss__set_members(struct ss_sync *s, const bool *in)
+{
+	int m = 0;
+	bool changed = false;
+
+	for (int p = 0; p < s->world; p++) {
+		bool member = in[p] || p == s->rank;
+
+		changed = changed || member != (s->member_index[p] >= 0) ||
+			  !s->n_members;
+		s->member_index[p] = member ? m++ : -1;
+	}
+	s->n_members = m;
+	s->shard_max = (s->n + (size_t)m - 1) / (size_t)m;
+	/* what a round moves to and from one peer, both directions at once */
+	s->peer_round_bytes =
+		(double)(s->opts.algo == SS_SYNC_GOSSIP ? s->n :
+							  2 * s->shard_max) *
+		sizeof(float);
+	if (changed && s->begin_ns) {
+		char list[256];
+		size_t len = 0;
+
+		list[0] = '\0';
+		for (int p = 0; p < s->world && len + 12 < sizeof(list); p++)
+			if (s->member_index[p] >= 0)
+				len += (size_t)snprintf(
+					list + len, sizeof(list) - len, "%s%d",
+					len ? "," : "", p);
+		ss_log_warn("sync: rank %d goes on with %d members (%s), the "
+			    "shards re-divided",
+			    s->rank, m, list);
+		pthread_mutex_lock(&s->lock);
+		s->view_changes++;
+		pthread_mutex_unlock(&s->lock);
+		ss__state_from_replica(s);
+	}
+	return changed;
+}
+
+bool ss__barrier_due(const struct ss_sync *s)
+{
+	if (ss__join_wanted(s))
+		return true;
+	for (int p = 0; p < s->world; p++) {
+		bool member = s->member_index[p] >= 0,
+		     ok = ss_fabric_peer_ok(s->fabric, p);
+
+		if (p == s->rank)
+			continue;
+		if (member && (s->left[p] || !ok))
+			return true; /* a member is gone: re-divide */
+		if (!ok || s->left[p])
+			continue;
+		/*
+		 * A rank out of the members that is here and has not left
+		 * (it came late to a barrier we passed, and went on alone):
+		 * take it in again.  It runs this barrier too, for the same
+		 * reason, and we meet.
+		 */
+		if (!member)
+			return true;
+	}
+	return false;
+}
+
+int ss_sync_leave(struct ss_sync *s)
+{
+	uint64_t deadline;
+
+	pthread_mutex_lock(&s->fabric_lock);
+	deadline = ss__deadline(s);
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_LEAVE);
+	ss__wait_sends(s, deadline);
+	s->leaving = true;
+	pthread_mutex_unlock(&s->fabric_lock);
+	return 0;
+}
+
 /*
  * The round timeout: the one the options set, else long enough for what a
  * round moves at the bandwidth the slowest live peer has shown (4 times
@@ -355,7 +447,8 @@ static unsigned ss_sync_timeout(const struct ss_sync *s)
 					      SS_ROUND_TIMEOUT_MAX_MS;
 }
 
-static int ss_round(struct ss_sync *s)
+/* A round; or, when @may_barrier and one is due, the barrier instead. */
+static int ss_round(struct ss_sync *s, bool may_barrier)
 {
 	struct ss__round_result res = { 0 };
 	uint64_t start = ss_now_ns();
@@ -371,7 +464,10 @@ static int ss_round(struct ss_sync *s)
 	 * A peer asked to join: this call is the barrier that lets it in (it
 	 * reseeds while we wait there), not a round.
 	 */
-	if (ss__join_wanted(s))
+	if (s->leaving)
+		return ss_error_set(-EINVAL, "this rank has left", NULL,
+				    "sync round of rank %d", s->rank);
+	if (may_barrier && ss__barrier_due(s))
 		return ss__barrier(s);
 
 	/*
@@ -437,8 +533,48 @@ int ss_sync_round(struct ss_sync *s)
 	int rc;
 
 	pthread_mutex_lock(&s->fabric_lock);
-	rc = ss_round(s);
+	rc = ss_round(s, true);
 	pthread_mutex_unlock(&s->fabric_lock);
+	return rc;
+}
+
+int ss_sync_finish(struct ss_sync *s, int *missing)
+{
+	int rc, late = 0;
+
+	if (missing)
+		*missing = 0;
+	if (s->running)
+		return ss_error_set(-EBUSY, "the shadow thread runs",
+				    "stop it first (ss_shadow_stop)",
+				    "finishing rank %d", s->rank);
+	pthread_mutex_lock(&s->fabric_lock);
+	rc = ss__barrier(s);
+	if (rc == -ETIMEDOUT) {
+		/* the ranks that came go on together, the others alone */
+		for (int p = 0; p < s->world; p++)
+			late += p != s->rank && s->member_index[p] < 0 &&
+				ss__expected(s, SS_MSG_BARRIER, p);
+		ss_log_warn("sync: rank %d finishes without %d rank(s) that "
+			    "did not come within %u ms: they go on alone",
+			    s->rank, late, 4 * s->timeout_ms + 5000);
+		rc = 0;
+	}
+	/* S-MA and S-BMUF: the members end on one exact average */
+	if (rc == 0 && s->n_members > 1 &&
+	    (s->opts.algo == SS_SYNC_MA || s->opts.algo == SS_SYNC_BMUF))
+		rc = ss_round(s, false);
+	/* and a last barrier among them: the others were waited for once */
+	s->barrier_members_only = true;
+	if (rc == 0 && ss__barrier(s) == -ETIMEDOUT)
+		ss_log_warn("sync: rank %d: a rank left the last barrier "
+			    "late; the averages it missed are its own",
+			    s->rank);
+	s->barrier_members_only = false;
+	pthread_mutex_unlock(&s->fabric_lock);
+	ss_sync_leave(s);
+	if (missing)
+		*missing = late;
 	return rc;
 }
 
@@ -469,6 +605,8 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->rounds_skipped = s->rounds_skipped;
 	st->messages_late = s->messages_late;
 	st->easgd_dropped = s->easgd_dropped;
+	st->view_changes = s->view_changes;
+	st->members = s->n_members;
 	st->round_timeout_ms = s->timeout_ms;
 	st->joins = s->joins;
 	st->reseeds = s->reseeds;

@@ -11,10 +11,12 @@
 /* Regions, in allocation order: the same numbers on every rank. */
 enum {
 	SS_R_PARAMS, /* n floats, remote-READ: the replica */
-	SS_R_INBOX, /* 2 x world x shard floats, remote-WRITE: contributions;
-		     * then one word per rank for barriers */
+	SS_R_INBOX, /* 2 x (n + world) floats, remote-WRITE: contributions,
+		     * a slot per member and round parity, of the members'
+		     * shard size; then two words per rank for barriers */
 	SS_R_AVG, /* n floats, remote-WRITE: averages; local scratch */
-	SS_R_CENTER, /* shard floats, remote-READ: S-EASGD center */
+	SS_R_CENTER, /* n floats, remote-READ: S-EASGD center of our shard,
+		      * from its start (a shard is up to n with one member) */
 	SS_R_SNAP, /* n floats, local: snapshot and deltas, sent from here;
 		    * then the word a barrier sends */
 	SS_R_STATE, /* struct ss__state, remote-READ: whether we run */
@@ -51,6 +53,7 @@ enum ss_msg {
 	SS_MSG_SKIP, /* I run this round without you (you are behind,
 		      * your slot may still be in use): do not wait for me,
 		      * and catch up */
+	SS_MSG_LEAVE, /* I am done: go on without me, my shards re-divided */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -100,7 +103,17 @@ struct ss_sync {
 	size_t n; /* floats synchronized: a prefix of the replica */
 	size_t len; /* floats of the replica */
 	int rank, world;
-	size_t shard_max; /* floats in the largest shard */
+	/*
+	 * The members: the ranks rounds are among and shards divided over,
+	 * in rank order; set by every barrier to those that came to it.
+	 */
+	int *member_index; /* per rank: its place among them, -1: none */
+	int n_members;
+	size_t shard_max; /* floats in the members' largest shard */
+	bool *left; /* it said LEAVE: no member, not waited for, until it
+		     * asks to join again */
+	bool leaving; /* we said LEAVE */
+	bool barrier_members_only; /* ss_sync_finish's last: no one else */
 	struct ss_region *r[SS_R_COUNT];
 	float *w, *inbox, *avg, *center, *snap;
 	/* S-BMUF global model and block momentum, of our shard: one copy of
@@ -197,28 +210,48 @@ struct ss_sync {
 	atomic_uint_fast64_t iterations;
 	uint64_t begin_ns, rounds, bytes_sent, peers_left_out, joins, reseeds;
 	uint64_t rounds_partial, rounds_skipped, messages_late, easgd_dropped;
+	uint64_t view_changes;
 	uint64_t last_iterations;
 	double gap_sum, divergence;
 	double latencies[SS_LATENCIES];
 };
 
-/* Shard @k: floats [ss__shard_off(k), + ss__shard_len(k)). */
+/*
+ * Shard @k: floats [ss__shard_off(k), + ss__shard_len(k)), by rank @k's
+ * place among the members (empty for a rank that is none).
+ */
+static inline size_t ss__member_off(const struct ss_sync *s, int j)
+{
+	return s->n * (size_t)j / (size_t)s->n_members;
+}
+
 static inline size_t ss__shard_off(const struct ss_sync *s, int k)
 {
-	return s->n * (size_t)k / (size_t)s->world;
+	int j = s->member_index[k];
+
+	return j < 0 ? s->n : ss__member_off(s, j);
 }
 
 static inline size_t ss__shard_len(const struct ss_sync *s, int k)
 {
-	return ss__shard_off(s, k + 1) - ss__shard_off(s, k);
+	int j = s->member_index[k];
+
+	return j < 0 ? 0 : ss__member_off(s, j + 1) - ss__member_off(s, j);
 }
 
 /* Offset in floats of the inbox slot of @sender for rounds of @parity. */
 static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
 			      int sender)
 {
-	return ((size_t)(parity & 1) * (size_t)s->world + (size_t)sender) *
+	return ((size_t)(parity & 1) * (size_t)s->n_members +
+		(size_t)s->member_index[sender]) *
 	       s->shard_max;
+}
+
+/* Where the barrier words start in the inbox, in floats: fixed. */
+static inline size_t ss__ctrl_off(const struct ss_sync *s)
+{
+	return 2 * (s->n + (size_t)s->world);
 }
 
 /*
@@ -290,7 +323,8 @@ static inline bool ss__slot_free(const struct ss_sync *s, int kind, int p)
  */
 static inline bool ss__alive(const struct ss_sync *s, int p)
 {
-	return ss_fabric_peer_ok(s->fabric, p) && !s->paused[p] &&
+	return s->member_index[p] >= 0 && !s->left[p] &&
+	       ss_fabric_peer_ok(s->fabric, p) && !s->paused[p] &&
 	       s->epoch[p] == ss_fabric_peer_epoch(s->fabric, p) &&
 	       !ss__got(s, SS_MSG_BARRIER, p);
 }
@@ -323,6 +357,26 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
 
 /* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
 int ss__barrier(struct ss_sync *s);
+
+/*
+ * ss__barrier_due() - whether the next round must be a barrier instead: a
+ * peer asked to join, a member left or failed (the barrier makes the
+ * members those that come to it), or a live rank is out of the members
+ * (it came late to a barrier we passed).  A member waiting in our next
+ * barrier is not a reason: it is left out of rounds until our own next
+ * call is that barrier.
+ */
+bool ss__barrier_due(const struct ss_sync *s);
+
+/*
+ * ss__set_members() - the members are now @in (per rank; ours always),
+ * the shards re-divided; our new shard's S-EASGD center and S-BMUF
+ * state restart from the replica.  Returns whether anything changed.
+ */
+bool ss__set_members(struct ss_sync *s, const bool *in);
+
+/* ss__state_from_replica() - our shard's center and S-BMUF state. */
+void ss__state_from_replica(struct ss_sync *s);
 
 /* ss__join_wanted() - whether a connected peer asked to join. */
 bool ss__join_wanted(const struct ss_sync *s);

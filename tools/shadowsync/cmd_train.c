@@ -967,14 +967,13 @@ int ss_cmd_train(int argc, char **argv)
 	}
 	if (rc < 0)
 		goto out;
-	/* All ranks done: S-MA and S-BMUF end on one exact average. */
+	/*
+	 * The ranks done by now end together (S-MA and S-BMUF on one exact
+	 * average); one with far more data left is not waited for: it goes
+	 * on alone, and ends the same way.
+	 */
 	if (sync) {
-		rc = ss_sync_barrier(sync);
-		if (rc == 0 &&
-		    (c.sync.algo == SS_SYNC_MA || c.sync.algo == SS_SYNC_BMUF))
-			rc = ss_sync_round(sync);
-		if (rc == 0)
-			rc = ss_sync_barrier(sync);
+		rc = ss_sync_finish(sync, NULL);
 		if (rc < 0)
 			goto out;
 	}
