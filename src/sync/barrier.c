@@ -116,8 +116,15 @@ int ss__barrier(struct ss_sync *s)
 	ss__wait_sends(s, deadline);
 	if (ss_barrier_done(s, deadline) < 0)
 		rc = -ETIMEDOUT;
+	/*
+	 * Who came: also one that has gone since it said DONE (it may close
+	 * its connections at once): a member still, until a round sees it
+	 * gone, so that the members agree on every rank that came.
+	 */
 	for (int p = 0; p < s->world; p++)
-		came[p] = ss_came(s, p);
+		came[p] = ss_came(s, p) ||
+			  (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
+			   ss__got(s, SS_MSG_BARRIER_DONE, p) && !s->left[p]);
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
 			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];

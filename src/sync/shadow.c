@@ -51,10 +51,7 @@ static void ss_shadow_cap(struct ss_sync *s, const struct ss_shadow_base *b)
 /* Someone to run a round with, or a peer asking to join. */
 static bool ss_any_peer(struct ss_sync *s)
 {
-	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss__alive(s, p))
-			return true;
-	return ss__barrier_due(s);
+	return ss__any_alive(s) || ss__barrier_due(s);
 }
 
 static void *ss_shadow_main(void *arg)

@@ -461,6 +461,13 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 	 */
 	ss_fabric_progress(s->fabric);
 	/*
+	 * With nobody alive to wait for, a round polls nothing: a peer
+	 * coming back, or asking to join, would never be heard (its
+	 * handshake completes on our queue).  Poll once.
+	 */
+	if (!ss__any_alive(s))
+		ss__pump(s, 0);
+	/*
 	 * A peer asked to join: this call is the barrier that lets it in (it
 	 * reseeds while we wait there), not a round.
 	 */

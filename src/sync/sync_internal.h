@@ -329,6 +329,15 @@ static inline bool ss__alive(const struct ss_sync *s, int p)
 	       !ss__got(s, SS_MSG_BARRIER, p);
 }
 
+/* Whether any peer takes part in our rounds. */
+static inline bool ss__any_alive(const struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__alive(s, p))
+			return true;
+	return false;
+}
+
 /*
  * Whether gossip may read @p's replica: connected, and the process that
  * came to our last barrier.  Unlike ss__alive(), a peer already in the
