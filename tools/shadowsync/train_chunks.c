@@ -1,0 +1,47 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: the data by chunks (--data-split dynamic).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end)
+{
+	struct ss_chunks *k = ctx;
+	uint64_t n;
+
+	if (k->sync) {
+		int rc = ss_sync_claim(k->sync, &n);
+
+		if (rc < 0)
+			return rc;
+	} else {
+		n = __atomic_fetch_add(&k->next, 1, __ATOMIC_RELAXED);
+	}
+	if (n >= k->total)
+		return 0;
+	*begin = n % k->per_epoch * k->chunk;
+	*end = *begin + k->chunk < k->size ? *begin + k->chunk : k->size;
+	return 1;
+}
+
+/* The chunks of a file of @size bytes among @world ranks. */
+void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
+		    long chunk_size, int epochs)
+{
+	uint64_t chunk = chunk_size > 0 ? (uint64_t)chunk_size :
+					  size / (64 * (uint64_t)world);
+
+	if (chunk_size <= 0 && chunk < (64u << 10))
+		chunk = 64u << 10;
+	if (chunk_size <= 0 && chunk > (64u << 20))
+		chunk = 64u << 20;
+	k->size = size;
+	k->chunk = chunk;
+	k->per_epoch = size ? (size + chunk - 1) / chunk : 1;
+	k->total = k->per_epoch * (uint64_t)epochs;
+}

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The parts of `shadowsync train`, one job a file: options
+ * (train_options.c), peers (train_peers.c), checkpoints and signals
+ * (train_checkpoint.c), progress lines (train_progress.c), the data by
+ * chunks (train_chunks.c), evaluation and the summary (train_report.c),
+ * and the run itself (cmd_train.c).
+ */
+#ifndef SS_TRAIN_CMD_H
+#define SS_TRAIN_CMD_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+
+extern const char ss_train_prog[];
+
+struct ss_train_cmd {
+	struct ss_model_config model;
+	struct ss_train_options train;
+	struct ss_sync_options sync;
+	struct ss_fabric_options fabric;
+	const char *test;
+	char *peers; /* owned copy of --peers */
+	const char *hostfile;
+	long port;
+	bool rank_given;
+	char **owned; /* addresses from a host file or node list */
+	int n_owned;
+	const char **addrs;
+	long threads;
+	bool oversubscribe, foreground, json;
+	long seed, progress;
+	const char *save, *load; /* checkpoint paths, {rank} not yet replaced */
+	long save_every;
+	uint64_t layout_hash;
+	uint64_t resumed; /* examples the loaded checkpoint had seen */
+	const char *blas; /* the BLIS kernels' name */
+	bool dense_only; /* --sync-tables no */
+	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
+	long chunk_size; /* --chunk-size; 0: automatic */
+};
+
+/*
+ * Data by chunks: chunk numbers from the job's counter at rank 0 (a local
+ * one without a sync engine, for a single rank's trainers), mapped to
+ * byte ranges of the file, epoch after epoch.
+ */
+struct ss_chunks {
+	struct ss_sync *sync;
+	uint64_t next; /* the local counter */
+	uint64_t size, chunk, per_epoch, total;
+};
+
+struct ss_progress {
+	struct ss_train_cmd *c;
+	struct ss_sync *sync;
+	const float *params;
+	struct ss_train_progress totals; /* the trainers add to it */
+	bool stop;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+};
+
+/* ss_train_parse() - the options into @c; 1 after --help, or an error. */
+int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c);
+
+/*
+ * ss_train_peers() - every rank's address and this rank, from --peers,
+ * --hostfile, Slurm or the launcher's environment.
+ */
+int ss_train_peers(struct ss_train_cmd *c);
+
+/* ss_layout_hash() - FNV-1a over the model's sizes, for the handshake. */
+uint64_t ss_layout_hash(const struct ss_model_config *m);
+
+/* ss_checkpoint_path() - @path with {rank} replaced, into @buf. */
+const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
+			       bool saving, char *buf, size_t size);
+
+/* ss_train_on_signal() - SIGTERM/SIGINT: no half-written checkpoint left. */
+void ss_train_on_signal(int sig);
+
+/* ss_train_save() - --save, atomically, with @examples seen. */
+int ss_train_save(const struct ss_train_cmd *c, const float *params,
+		  uint64_t examples);
+
+/* The progress thread: lines every --progress s, saves every --save-every. */
+void *ss_progress_main(void *arg);
+void ss_progress_stop(struct ss_progress *p, pthread_t thread, bool *started);
+
+/* ss_train_next_chunk() - ss_train_options.next_range over struct ss_chunks. */
+int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end);
+
+/* ss_chunks_plan() - the chunks of a file of @size bytes among @world ranks. */
+void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
+		    long chunk_size, int epochs);
+
+/* ss_evaluate() - NE, AUC and calibration of @params on the file @path. */
+int ss_evaluate(const struct ss_model_config *m, const float *params,
+		const char *path, enum ss_bad_lines bad_lines,
+		struct ss_metrics *out);
+
+/* ss_train_report() - the summary: text, or one JSON line with --json. */
+void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
+		     const struct ss_train_result *res,
+		     const struct ss_metrics *test, size_t len);
+
+#endif /* SS_TRAIN_CMD_H */

@@ -1,0 +1,391 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: its usage and options.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+#include <getopt.h>
+#include <limits.h>
+
+static void ss_train_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync train --data FILE [OPTIONS]\n"
+		"\n"
+		"Train the CTR model on this rank's share of FILE (Criteo format) with\n"
+		"Hogwild trainer threads, keeping the replica in sync with the other ranks.\n"
+		"\n"
+		"data\n"
+		"  --data FILE            training data\n"
+		"  --data-split S         dynamic (default with several ranks): ranks claim\n"
+		"                         the next chunk of the file as they go (a counter\n"
+		"                         at rank 0, one-sided fetch-and-add), so fast ranks\n"
+		"                         take more; static (default for one rank, and with\n"
+		"                         --sync none): each rank reads its fixed 1/N\n"
+		"  --chunk-size BYTES     dynamic: bytes a chunk (default: the file over 64\n"
+		"                         per rank, 64 KiB to 64 MiB)\n"
+		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
+		"  --bad-lines P          fail (default) or skip malformed lines\n"
+		"model\n"
+		"  --emb-dim N            embedding size (default 16)\n"
+		"  --bottom SIZES         bottom MLP, 13 first, emb-dim last (13-512-256-64-16)\n"
+		"  --top SIZES            top MLP after the interaction, 1 last (512-256-1)\n"
+		"  --hash-size N          rows per embedding table (default 100000)\n"
+		"  --seed S               model initialization; the same on every rank (1)\n"
+		"training\n"
+		"  --threads N            trainer threads (default: one per core but the shadow's)\n"
+		"  --batch N              mini-batch (default 128)\n"
+		"  --optimizer O          adagrad (default) or sgd; Adagrad's accumulators\n"
+		"                         stay on this node, shared by its trainers, not synced\n"
+		"  --lr X                 learning rate (default 0.01 for adagrad, 0.1 for sgd)\n"
+		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
+		"  --epochs N             passes over the data (default 1)\n"
+		"  --oversubscribe        allow more trainers than cores\n"
+		"synchronization\n"
+		"  --sync A               ma (default), easgd, bmuf, gossip or none\n"
+		"  --mode M               shadow (default) or foreground\n"
+		"  --sync-every K         foreground: a round every K steps per trainer (10)\n"
+		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
+		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
+		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
+		"  --sync-tables yes|no   synchronize the embedding tables too (yes), or\n"
+		"                         the dense MLPs only, the tables each rank's own\n"
+		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
+		"cluster\n"
+		"  --rank R               this rank (default: from srun/mpirun/PMI, else 0)\n"
+		"  --peers LIST           host:port of every rank, comma-separated, in rank order\n"
+		"  --hostfile FILE        the same, one host[:port] a line ('#' comments)\n"
+		"  --port N               port for hosts given without one (default 7000);\n"
+		"                         under Slurm, SLURM_JOB_NODELIST gives the hosts\n"
+		"  --transport T          verbs, shm or auto (default auto)\n"
+		"  --device NAME          RDMA device ($SS_DEVICE)\n"
+		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
+		"  --job-key K            refuse peers of another job ($SS_JOB_KEY; default 1)\n"
+		"checkpoints\n"
+		"  --save PATH            write the model (and Adagrad's accumulators) at the\n"
+		"                         end (rank 0; every rank when PATH contains {rank}),\n"
+		"                         atomically\n"
+		"  --save-every S         also every S seconds while training\n"
+		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
+		"                         refused when its model layout or checksum differs\n"
+		"output\n"
+		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
+		"  --json                 print the summary as JSON\n"
+		"  -v, --verbose          log at debug level\n"
+		"  -h, --help             this help\n");
+}
+
+enum {
+	OPT_DATA = 256,
+	OPT_TEST,
+	OPT_BAD_LINES,
+	OPT_EMB,
+	OPT_BOTTOM,
+	OPT_TOP,
+	OPT_HASH,
+	OPT_SEED,
+	OPT_THREADS,
+	OPT_BATCH,
+	OPT_LR,
+	OPT_OPTIMIZER,
+	OPT_ADAGRAD_EPS,
+	OPT_EPOCHS,
+	OPT_OVERSUB,
+	OPT_SYNC,
+	OPT_MODE,
+	OPT_EVERY,
+	OPT_ALPHA,
+	OPT_ETA,
+	OPT_ZETA,
+	OPT_NESTEROV,
+	OPT_BETA,
+	OPT_MAX_ROUNDS,
+	OPT_ROUND_TIMEOUT,
+	OPT_SYNC_TABLES,
+	OPT_RANK,
+	OPT_PEERS,
+	OPT_TRANSPORT,
+	OPT_DEVICE,
+	OPT_GID,
+	OPT_JOB_KEY,
+	OPT_PROGRESS,
+	OPT_JSON,
+	OPT_HOSTFILE,
+	OPT_PORT,
+	OPT_SAVE,
+	OPT_SAVE_EVERY,
+	OPT_LOAD,
+	OPT_DATA_SPLIT,
+	OPT_CHUNK_SIZE,
+};
+
+int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
+{
+	static const struct option options[] = {
+		{ "data", required_argument, NULL, OPT_DATA },
+		{ "test", required_argument, NULL, OPT_TEST },
+		{ "bad-lines", required_argument, NULL, OPT_BAD_LINES },
+		{ "emb-dim", required_argument, NULL, OPT_EMB },
+		{ "bottom", required_argument, NULL, OPT_BOTTOM },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ "hash-size", required_argument, NULL, OPT_HASH },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "threads", required_argument, NULL, OPT_THREADS },
+		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "lr", required_argument, NULL, OPT_LR },
+		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
+		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
+		{ "epochs", required_argument, NULL, OPT_EPOCHS },
+		{ "data-split", required_argument, NULL, OPT_DATA_SPLIT },
+		{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
+		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
+		{ "sync", required_argument, NULL, OPT_SYNC },
+		{ "mode", required_argument, NULL, OPT_MODE },
+		{ "sync-every", required_argument, NULL, OPT_EVERY },
+		{ "alpha", required_argument, NULL, OPT_ALPHA },
+		{ "eta", required_argument, NULL, OPT_ETA },
+		{ "zeta", required_argument, NULL, OPT_ZETA },
+		{ "nesterov", required_argument, NULL, OPT_NESTEROV },
+		{ "beta", required_argument, NULL, OPT_BETA },
+		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
+		{ "sync-tables", required_argument, NULL, OPT_SYNC_TABLES },
+		{ "round-timeout-ms", required_argument, NULL,
+		  OPT_ROUND_TIMEOUT },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "peers", required_argument, NULL, OPT_PEERS },
+		{ "hostfile", required_argument, NULL, OPT_HOSTFILE },
+		{ "port", required_argument, NULL, OPT_PORT },
+		{ "transport", required_argument, NULL, OPT_TRANSPORT },
+		{ "device", required_argument, NULL, OPT_DEVICE },
+		{ "gid-index", required_argument, NULL, OPT_GID },
+		{ "job-key", required_argument, NULL, OPT_JOB_KEY },
+		{ "progress", required_argument, NULL, OPT_PROGRESS },
+		{ "save", required_argument, NULL, OPT_SAVE },
+		{ "save-every", required_argument, NULL, OPT_SAVE_EVERY },
+		{ "load", required_argument, NULL, OPT_LOAD },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	static const char *const modes[] = { "shadow", "foreground", NULL };
+	static const char *const yes_no[] = { "yes", "no", NULL };
+	static const char *const splits[] = { "dynamic", "static", NULL };
+	const char *key = getenv("SS_JOB_KEY");
+	long v;
+	double d;
+	int opt, i, rc = 0;
+	bool lr_given = false;
+
+	ss_model_config_init(&c->model);
+	ss_train_options_init(&c->train);
+	ss_sync_options_init(&c->sync, SS_SYNC_MA);
+	ss_fabric_options_init(&c->fabric);
+	c->train.sync_every = 10;
+	c->fabric.job_key = 1;
+	c->seed = 1;
+	c->progress = 5;
+	c->port = 7000;
+	c->split = -1;
+	if (key && *key &&
+	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
+		c->fabric.job_key = (uint64_t)v;
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "vh", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_DATA:
+			c->train.data = optarg;
+			break;
+		case OPT_TEST:
+			c->test = optarg;
+			break;
+		case OPT_BAD_LINES:
+			rc = ss_bad_lines_parse("--bad-lines", optarg,
+						&c->train.bad_lines);
+			break;
+		case OPT_EMB:
+			rc = ss_cmd_model_option("--emb-dim", optarg,
+						 &c->model);
+			break;
+		case OPT_BOTTOM:
+			rc = ss_cmd_model_option("--bottom", optarg, &c->model);
+			break;
+		case OPT_TOP:
+			rc = ss_cmd_model_option("--top", optarg, &c->model);
+			break;
+		case OPT_HASH:
+			rc = ss_cmd_model_option("--hash-size", optarg,
+						 &c->model);
+			break;
+		case OPT_SEED:
+			rc = ss_parse_long("--seed", optarg, 0, LONG_MAX,
+					   &c->seed);
+			break;
+		case OPT_THREADS:
+			rc = ss_parse_long("--threads", optarg, 1, 1024,
+					   &c->threads);
+			break;
+		case OPT_BATCH:
+			rc = ss_parse_long("--batch", optarg, 1, 65536, &v);
+			c->train.batch = (int)v;
+			break;
+		case OPT_LR:
+			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
+			c->train.lr = (float)d;
+			lr_given = true;
+			break;
+		case OPT_OPTIMIZER:
+			rc = ss_optimizer_parse("--optimizer", optarg,
+						&c->train.optimizer);
+			break;
+		case OPT_ADAGRAD_EPS:
+			rc = ss_parse_double("--adagrad-eps", optarg, 1e-12, 1,
+					     &d);
+			c->train.adagrad_eps = (float)d;
+			break;
+		case OPT_EPOCHS:
+			rc = ss_parse_long("--epochs", optarg, 1, 10000, &v);
+			c->train.epochs = (int)v;
+			break;
+		case OPT_OVERSUB:
+			c->oversubscribe = true;
+			break;
+		case OPT_SYNC:
+			rc = ss_sync_algo_parse("--sync", optarg,
+						&c->sync.algo);
+			break;
+		case OPT_MODE:
+			rc = ss_parse_choice("--mode", optarg, modes, &i);
+			c->foreground = i == 1;
+			break;
+		case OPT_EVERY:
+			rc = ss_parse_long("--sync-every", optarg, 1, 1L << 30,
+					   &v);
+			c->train.sync_every = (int)v;
+			break;
+		case OPT_ALPHA:
+			rc = ss_parse_double("--alpha", optarg, 1e-6, 1,
+					     &c->sync.alpha);
+			break;
+		case OPT_ETA:
+			rc = ss_parse_double("--eta", optarg, 0, 0.999,
+					     &c->sync.eta);
+			break;
+		case OPT_ZETA:
+			rc = ss_parse_double("--zeta", optarg, 1e-6, 10,
+					     &c->sync.zeta);
+			break;
+		case OPT_NESTEROV:
+			rc = ss_parse_choice("--nesterov", optarg, yes_no, &i);
+			c->sync.nesterov = i == 0;
+			break;
+		case OPT_BETA:
+			rc = ss_parse_double("--beta", optarg, 1e-6, 1,
+					     &c->sync.beta);
+			break;
+		case OPT_MAX_ROUNDS:
+			rc = ss_parse_double("--max-rounds-per-s", optarg,
+					     0.001, 1e9,
+					     &c->sync.max_rounds_per_s);
+			break;
+		case OPT_ROUND_TIMEOUT:
+			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
+					   3600000, &v);
+			c->sync.round_timeout_ms = (unsigned)v;
+			break;
+		case OPT_DATA_SPLIT:
+			rc = ss_parse_choice("--data-split", optarg, splits,
+					     &i);
+			c->split = i;
+			break;
+		case OPT_CHUNK_SIZE:
+			rc = ss_parse_long("--chunk-size", optarg, 4096,
+					   1l << 40, &c->chunk_size);
+			break;
+		case OPT_SYNC_TABLES:
+			rc = ss_parse_choice("--sync-tables", optarg, yes_no,
+					     &i);
+			c->dense_only = i == 1;
+			break;
+		case OPT_RANK:
+			rc = ss_parse_long("--rank", optarg, 0,
+					   SS_FABRIC_MAX_PEERS - 1, &v);
+			c->fabric.rank = (int)v;
+			c->rank_given = true;
+			break;
+		case OPT_HOSTFILE:
+			c->hostfile = optarg;
+			break;
+		case OPT_PORT:
+			rc = ss_parse_long("--port", optarg, 1, 65535,
+					   &c->port);
+			break;
+		case OPT_PEERS:
+			c->peers = strdup(optarg);
+			break;
+		case OPT_TRANSPORT:
+			rc = ss_transport_parse("--transport", optarg,
+						&c->fabric.transport);
+			break;
+		case OPT_DEVICE:
+			c->fabric.device = optarg;
+			break;
+		case OPT_GID:
+			rc = ss_parse_long("--gid-index", optarg, 0, 255, &v);
+			c->fabric.gid_index = (int)v;
+			break;
+		case OPT_JOB_KEY:
+			rc = ss_parse_long("--job-key", optarg, 0, LONG_MAX,
+					   &v);
+			c->fabric.job_key = (uint64_t)v;
+			break;
+		case OPT_PROGRESS:
+			rc = ss_parse_long("--progress", optarg, 0, 86400,
+					   &c->progress);
+			break;
+		case OPT_JSON:
+			c->json = true;
+			break;
+		case OPT_SAVE:
+			c->save = optarg;
+			break;
+		case OPT_SAVE_EVERY:
+			rc = ss_parse_long("--save-every", optarg, 1,
+					   86400 * 30, &c->save_every);
+			break;
+		case OPT_LOAD:
+			c->load = optarg;
+			break;
+		case 'v':
+			ss_log_set_level(SS_LOG_DEBUG);
+			break;
+		case 'h':
+			ss_train_usage(stdout);
+			return 1;
+		default:
+			return ss_cmd_unknown_option("train", argv);
+		}
+		if (rc < 0)
+			return rc;
+	}
+	rc = ss_cmd_no_more_args(argc, argv);
+	if (rc < 0)
+		return rc;
+	if (!c->train.data)
+		return ss_error_set(SS_EUSAGE, "it is required",
+				    "give the training data: --data FILE",
+				    "--data");
+	if (c->save_every && !c->save)
+		return ss_error_set(SS_EUSAGE, "it needs --save",
+				    "say where to write: --save PATH",
+				    "--save-every");
+	if (!lr_given)
+		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
+	ss_cmd_model_top_spelling(&c->model);
+	return ss_model_check(&c->model);
+}

@@ -1,0 +1,96 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: who the peers are (--peers, --hostfile, Slurm, the
+ * launcher's environment).
+ */
+#include <errno.h>
+#include <unistd.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+/* Hosts from Slurm's node list: tasks spread in blocks over the nodes. */
+static int ss_slurm_addrs(struct ss_train_cmd *c, const char *nodelist,
+			  int world)
+{
+	char **hosts = NULL, addr[300];
+	int n = 0, rc = ss_nodelist_expand(nodelist, &hosts, &n);
+
+	if (rc < 0)
+		return ss_error_prefix("SLURM_JOB_NODELIST");
+	c->owned = calloc((size_t)world, sizeof(char *));
+	for (int r = 0; c->owned && r < world; r++) {
+		int per = (world + n - 1) / n; /* tasks per node */
+
+		snprintf(addr, sizeof(addr), "%s:%ld", hosts[r / per],
+			 c->port + r % per);
+		c->owned[r] = strdup(addr);
+		if (!c->owned[r])
+			break;
+		c->n_owned++;
+	}
+	ss_strings_free(&hosts, n);
+	return c->n_owned == world ? 0 :
+				     ss_error_set(-ENOMEM, NULL, NULL, "peers");
+}
+
+/*
+ * The peers: --peers, else --hostfile, else Slurm's node list; the rank:
+ * --rank, else the launcher's environment.  Without any: a world of one.
+ */
+int ss_train_peers(struct ss_train_cmd *c)
+{
+	static char alone[64];
+	const char *launcher = NULL, *nodelist = getenv("SLURM_JOB_NODELIST");
+	char *save = NULL, *tok;
+	int lrank = 0, lworld = 0, n = 0, rc;
+
+	if (ss_launcher_rank(&lrank, &lworld, &launcher) < 0)
+		launcher = NULL;
+	if (!c->rank_given && launcher)
+		c->fabric.rank = lrank;
+	c->addrs = calloc(SS_FABRIC_MAX_PEERS, sizeof(char *));
+	if (!c->addrs)
+		return ss_error_set(-ENOMEM, NULL, NULL, "peers");
+	if (c->peers) {
+		for (tok = strtok_r(c->peers, ",", &save);
+		     tok && n < SS_FABRIC_MAX_PEERS;
+		     tok = strtok_r(NULL, ",", &save))
+			c->addrs[n++] = tok;
+	} else {
+		if (c->hostfile)
+			rc = ss_hostfile_read(c->hostfile, (int)c->port,
+					      &c->owned, &c->n_owned);
+		else if (launcher && nodelist && !strcmp(launcher, "Slurm"))
+			rc = ss_slurm_addrs(c, nodelist, lworld);
+		else
+			rc = 1;
+		if (rc < 0)
+			return rc;
+		if (rc == 1) { /* a world of one, on a port of its own */
+			snprintf(alone, sizeof(alone), "127.0.0.1:%d",
+				 20000 + (int)(getpid() % 20000));
+			c->addrs[n++] = alone;
+		}
+		for (int i = 0; i < c->n_owned && n < SS_FABRIC_MAX_PEERS; i++)
+			c->addrs[n++] = c->owned[i];
+	}
+	c->fabric.world = n;
+	c->fabric.addrs = c->addrs;
+	if (launcher && !c->rank_given && lworld != n)
+		return ss_error_set(
+			SS_EUSAGE, "the peer list does not match",
+			"give as many peers as the launcher starts tasks",
+			"%s says %d tasks, the peers are %d", launcher, lworld,
+			n);
+	if (c->fabric.rank >= n)
+		return ss_error_set(SS_EUSAGE, "not in the peer list",
+				    "ranks count from 0 in peer order",
+				    "--rank %d of %d peers", c->fabric.rank, n);
+	if (launcher)
+		ss_log_info("rank %d of %d (from %s)", c->fabric.rank, n,
+			    c->rank_given ? "--rank" : launcher);
+	return 0;
+}

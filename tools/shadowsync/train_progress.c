@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: the progress thread (a line every --progress seconds,
+ * a checkpoint every --save-every).
+ */
+#include <math.h>
+#include <time.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+static void ss_progress_line(struct ss_progress *p, double secs)
+{
+	uint64_t ex;
+	double loss, ne;
+
+	ss_train_progress_read(&p->totals, &ex, &loss, &ne);
+	fprintf(stderr,
+		"rank %d: %.0f s: %" PRIu64
+		" examples, %.0f/s (%.0f/s per trainer); training loss %.4f, NE %.4f",
+		p->c->fabric.rank, secs, ex, (double)ex / secs,
+		(double)ex / secs / p->c->train.threads, loss, ne);
+	if (p->sync) {
+		struct ss_sync_stats st;
+
+		ss_sync_get_stats(p->sync, &st);
+		fprintf(stderr, "; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
+			st.rounds, st.rounds_per_s, st.sync_gap);
+	}
+	fputc('\n', stderr);
+}
+
+/*
+ * Progress lines every --progress seconds and checkpoints every
+ * --save-every seconds, while the trainers run.  A periodic save that
+ * fails is reported and training goes on: the final save says it again.
+ */
+void *ss_progress_main(void *arg)
+{
+	struct ss_progress *p = arg;
+	const uint64_t s = 1000000000ull, start = ss_now_ns();
+	uint64_t next_line = p->c->progress ?
+				     start + (uint64_t)p->c->progress * s :
+				     UINT64_MAX;
+	uint64_t next_save = p->c->save_every ?
+				     start + (uint64_t)p->c->save_every * s :
+				     UINT64_MAX;
+
+	pthread_mutex_lock(&p->lock);
+	while (!p->stop) {
+		uint64_t now = ss_now_ns(),
+			 due = next_line < next_save ? next_line : next_save;
+
+		if (due > now) {
+			struct timespec until;
+			uint64_t ns;
+
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			ns = (uint64_t)until.tv_nsec + (due - now);
+			until.tv_sec += (time_t)(ns / s);
+			until.tv_nsec = (long)(ns % s);
+			pthread_cond_timedwait(&p->cond, &p->lock, &until);
+			continue;
+		}
+		pthread_mutex_unlock(&p->lock);
+		if (now >= next_line) {
+			ss_progress_line(p, (double)(now - start) / 1e9);
+			next_line += (uint64_t)p->c->progress * s;
+		}
+		if (now >= next_save) {
+			int rc = ss_train_save(
+				p->c, p->params,
+				__atomic_load_n(&p->totals.examples,
+						__ATOMIC_RELAXED));
+
+			if (rc < 0)
+				ss_error_print(stderr, ss_train_prog, rc);
+			next_save =
+				ss_now_ns() + (uint64_t)p->c->save_every * s;
+		}
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+void ss_progress_stop(struct ss_progress *p, pthread_t thread, bool *started)
+{
+	if (!*started)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_signal(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	pthread_join(thread, NULL);
+	*started = false;
+}

@@ -1,0 +1,152 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: the held-out metrics and the summary.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+int ss_evaluate(const struct ss_model_config *m, const float *params,
+		const char *path, enum ss_bad_lines bad, struct ss_metrics *out)
+{
+	struct ss_model_work *w = NULL;
+	struct ss_reader *r = NULL;
+	struct ss_example batch[256];
+	float *p = NULL, *y = NULL;
+	size_t n = 0, cap = 0;
+	int rc, got;
+
+	rc = ss_model_work_create(&w, m, 256);
+	if (rc == 0)
+		rc = ss_reader_open(&r, path, 0, 0, bad);
+	while (rc == 0) {
+		for (got = 0;
+		     got < 256 && (rc = ss_reader_next(r, &batch[got])) == 1;
+		     got++)
+			;
+		if (rc < 0 || got == 0)
+			break;
+		rc = 0;
+		if (n + (size_t)got > cap) {
+			float *np, *ny;
+
+			cap = cap ? 2 * cap : 65536;
+			np = realloc(p, cap * sizeof(float));
+			ny = realloc(y, cap * sizeof(float));
+			if (np)
+				p = np;
+			if (ny)
+				y = ny;
+			if (!np || !ny) {
+				rc = ss_error_set(-ENOMEM, NULL, NULL,
+						  "evaluating");
+				break;
+			}
+		}
+		ss_model_predict(m, params, w, batch, got, p + n);
+		for (int i = 0; i < got; i++)
+			y[n + (size_t)i] = batch[i].label;
+		n += (size_t)got;
+	}
+	if (rc == 0 && n == 0)
+		rc = ss_error_set(SS_EPARSE, "no examples", NULL,
+				  "test file '%s'", path);
+	if (rc == 0)
+		rc = ss_metrics_compute(p, y, n, out);
+	if (rc == 0 && out->not_numbers)
+		ss_log_warn("held-out: %" PRIu64 " of %" PRIu64
+			    " predictions are not numbers: the model diverged "
+			    "(a lower --lr, or --optimizer adagrad, trains "
+			    "stably)",
+			    out->not_numbers, out->count);
+	ss_reader_close(&r);
+	ss_model_work_destroy(&w);
+	free(p);
+	free(y);
+	return rc;
+}
+
+void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
+		     const struct ss_train_result *res,
+		     const struct ss_metrics *test, size_t len)
+{
+	if (c->json) {
+		printf("{\"rank\":%d,\"world\":%d,\"examples\":%" PRIu64
+		       ",\"skipped\":%" PRIu64
+		       ",\"seconds\":%.3f,\"examples_per_s\":%.1f,"
+		       "\"train_log_loss\":%.6f,\"sync\":\"%s\",\"mode\":\"%s\","
+		       "\"optimizer\":\"%s\",\"lr\":%g,\"params\":%zu,\"dense_params\":%zu,"
+		       "\"blas\":\"%s\",\"data_split\":\"%s\",\"chunks\":%" PRIu64,
+		       c->fabric.rank, c->fabric.world, res->examples,
+		       res->skipped, res->seconds,
+		       (double)res->examples / res->seconds,
+		       res->examples ? res->loss_sum / (double)res->examples :
+				       0,
+		       ss_sync_algo_name(c->sync.algo),
+		       c->foreground ? "foreground" : "shadow",
+		       ss_optimizer_name(c->train.optimizer),
+		       (double)c->train.lr, len, ss_model_dense_len(&c->model),
+		       c->blas, c->split ? "static" : "dynamic", res->ranges);
+		/* what BLIS was told, for another run to be given the same */
+		printf(",\"blis_arch_type\":");
+		if (getenv("BLIS_ARCH_TYPE"))
+			ss_json_string(stdout, getenv("BLIS_ARCH_TYPE"));
+		else
+			printf("null");
+		if (c->load)
+			printf(",\"resumed_examples\":%" PRIu64, c->resumed);
+		if (c->test) {
+			printf(",\"test_ne\":");
+			ss_json_double(stdout, "%.6f", test->ne);
+			printf(",\"test_auc\":");
+			ss_json_double(stdout, "%.6f", test->auc);
+			printf(",\"test_calibration\":");
+			ss_json_double(stdout, "%.6f", test->calibration);
+		}
+		if (sync) {
+			struct ss_sync_stats s;
+
+			ss_sync_get_stats(sync, &s);
+			printf(",\"rounds\":%" PRIu64
+			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
+			       ",\"rounds_partial\":%" PRIu64
+			       ",\"messages_late\":%" PRIu64
+			       ",\"round_timeout_ms\":%u,\"synced_floats\":%zu",
+			       s.rounds, s.rounds_per_s, s.sync_gap,
+			       s.peers_left_out, s.rounds_partial,
+			       s.messages_late, s.round_timeout_ms,
+			       ss_sync_synced_len(sync));
+			printf(",\"left_out_by_peer\":[");
+			for (int p = 0; p < c->fabric.world; p++)
+				printf("%s%" PRIu64, p ? "," : "",
+				       ss_sync_peer_left_out(sync, p));
+			printf("]");
+		}
+		printf("}\n");
+	} else {
+		printf("rank %d of %d: %" PRIu64
+		       " examples in %.1f s (%.0f/s), training log loss %.4f\n",
+		       c->fabric.rank, c->fabric.world, res->examples,
+		       res->seconds, (double)res->examples / res->seconds,
+		       res->examples ? res->loss_sum / (double)res->examples :
+				       0);
+		if (c->load)
+			printf("resumed from a checkpoint that had seen %" PRIu64
+			       " examples\n",
+			       c->resumed);
+		if (res->skipped)
+			printf("skipped %" PRIu64 " malformed lines\n",
+			       res->skipped);
+		if (c->split == 0)
+			printf("trained %" PRIu64 " chunks of the data\n",
+			       res->ranges);
+		if (c->test)
+			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f\n",
+			       test->ne, test->auc, test->calibration);
+		if (sync)
+			ss_sync_print_stats(sync, stdout);
+	}
+}
