@@ -44,6 +44,8 @@ COMMAND := $(O)/bin/shadowsync
 
 # Tests that also run over verbs, inside the soft-RoCE guest.
 VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor
+# and in a guest with two NUMA nodes
+NUMA_TESTS := test_sync_numa
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads
@@ -134,6 +136,7 @@ test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
 	@$(MAKE) --no-print-directory O=$(O)/asan \
 		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
 		tests

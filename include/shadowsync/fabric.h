@@ -120,6 +120,17 @@ enum ss_transport ss_fabric_transport(const struct ss_fabric *fabric);
 int ss_fabric_alloc(struct ss_fabric *fabric, size_t len, unsigned access,
 		    struct ss_region **region);
 
+/*
+ * ss_fabric_set_placement() - call @place(@ctx, ptr, len) on the memory of
+ * every region allocated from now on, once it is mapped and before it is
+ * touched or registered: a NUMA binding set there decides where every
+ * page lands (registering pins pages where they are).  Before
+ * ss_fabric_alloc().
+ */
+void ss_fabric_set_placement(struct ss_fabric *fabric,
+			     void (*place)(void *ctx, void *ptr, size_t len),
+			     void *ctx);
+
 /* ss_region_ptr() - the region's memory in this process. */
 void *ss_region_ptr(const struct ss_region *region);
 

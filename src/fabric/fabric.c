@@ -234,6 +234,14 @@ size_t ss_region_len(const struct ss_region *region)
 	return region->len;
 }
 
+void ss_fabric_set_placement(struct ss_fabric *f,
+			     void (*place)(void *ctx, void *ptr, size_t len),
+			     void *ctx)
+{
+	f->place = place;
+	f->place_ctx = ctx;
+}
+
 int ss_region_index(const struct ss_region *region)
 {
 	return region->index;

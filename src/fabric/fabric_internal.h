@@ -86,6 +86,9 @@ struct ss_fabric {
 	struct ss_completion *backlog;
 	int backlog_head, backlog_count, backlog_cap;
 	unsigned empty_polls; /* non-waiting polls that found nothing */
+	/* ss_fabric_set_placement(): regions' memory before its first touch */
+	void (*place)(void *ctx, void *ptr, size_t len);
+	void *place_ctx;
 };
 
 /* ss__backlog_push() - queue a completion for the next ss_fabric_poll(). */

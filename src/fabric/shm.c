@@ -207,8 +207,13 @@ static int ss_shm_alloc(struct ss_fabric *f, struct ss_region *r)
 {
 	char name[160];
 
+	int rc;
+
 	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
-	return ss_shm_create(name, r->len, &r->ptr);
+	rc = ss_shm_create(name, r->len, &r->ptr);
+	if (rc == 0 && f->place) /* mapped, not yet touched */
+		f->place(f->place_ctx, r->ptr, r->len);
+	return rc;
 }
 
 static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)

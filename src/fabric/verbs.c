@@ -11,6 +11,7 @@
 #include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -113,6 +114,14 @@ static int ss_verbs_reg(struct ss_verbs *v, void *ptr, size_t len, int access,
 	return 0;
 }
 
+static int ss_verbs_ibv_access(unsigned access)
+{
+	return (access & SS_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
+	       (access & SS_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
+	       (access & SS_ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC :
+						   0);
+}
+
 static int ss_verbs_alloc_mem(struct ss_verbs *v, size_t len, int access,
 			      void **ptr, struct ibv_mr **mr)
 {
@@ -130,12 +139,31 @@ static int ss_verbs_alloc_mem(struct ss_verbs *v, size_t len, int access,
 	return rc;
 }
 
-static int ss_verbs_ibv_access(unsigned access)
+/*
+ * A region's memory: mapped (zeroed by the kernel, no page touched yet),
+ * placed as the fabric's placement says, and only then registered, which
+ * faults every page in under that placement and pins it there.
+ */
+static int ss_verbs_alloc(struct ss_fabric *f, struct ss_region *r)
 {
-	return (access & SS_ACCESS_REMOTE_READ ? IBV_ACCESS_REMOTE_READ : 0) |
-	       (access & SS_ACCESS_REMOTE_WRITE ? IBV_ACCESS_REMOTE_WRITE : 0) |
-	       (access & SS_ACCESS_REMOTE_ATOMIC ? IBV_ACCESS_REMOTE_ATOMIC :
-						   0);
+	struct ss_verbs *v = f->backend;
+	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int rc;
+
+	if (p == MAP_FAILED)
+		return ss_error_set(-errno, NULL, NULL, "mmap of %zu bytes",
+				    r->len);
+	if (f->place)
+		f->place(f->place_ctx, p, r->len);
+	rc = ss_verbs_reg(v, p, r->len, ss_verbs_ibv_access(r->access),
+			  (struct ibv_mr **)&r->backend);
+	if (rc < 0) {
+		munmap(p, r->len);
+		return rc;
+	}
+	r->ptr = p;
+	return 0;
 }
 
 static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
@@ -273,14 +301,6 @@ err:
 	return rc;
 }
 
-static int ss_verbs_alloc(struct ss_fabric *f, struct ss_region *r)
-{
-	struct ss_verbs *v = f->backend;
-
-	return ss_verbs_alloc_mem(v, r->len, ss_verbs_ibv_access(r->access),
-				  &r->ptr, (struct ibv_mr **)&r->backend);
-}
-
 static void ss_verbs_free_mem(struct ss_verbs *v, void *ptr, struct ibv_mr *mr)
 {
 	if (mr) {
@@ -292,7 +312,15 @@ static void ss_verbs_free_mem(struct ss_verbs *v, void *ptr, struct ibv_mr *mr)
 
 static void ss_verbs_free_region(struct ss_fabric *f, struct ss_region *r)
 {
-	ss_verbs_free_mem(f->backend, r->ptr, r->backend);
+	struct ss_verbs *v = f->backend;
+	struct ibv_mr *mr = r->backend;
+
+	if (mr) {
+		v->registered -= mr->length;
+		ibv_dereg_mr(mr);
+	}
+	if (r->ptr)
+		munmap(r->ptr, r->len);
 	r->ptr = NULL;
 	r->backend = NULL;
 }

@@ -93,6 +93,61 @@ size_t ss_sync_registered_bytes(size_t n, int world)
 	return total;
 }
 
+/*
+ * Each region bound to the plan's NUMA node before its first touch (the
+ * fabric calls this between mapping and registering): registering pins
+ * pages where they are, and binding them afterwards moved nothing.
+ */
+static void ss_sync_place(void *ctx, void *ptr, size_t len)
+{
+	struct ss_sync *s = ctx;
+
+	if (ss_topo_bind(s->opts.topo, ptr, len, s->opts.numa) < 0 &&
+	    !s->place_warned) {
+		s->place_warned = true;
+		ss_log_warn("sync: replica memory not bound to NUMA node %d: "
+			    "%s: %s",
+			    s->opts.numa, ss_last_error()->what,
+			    ss_last_error()->why);
+	}
+}
+
+/*
+ * Where the replica's pages are, once registered (and so present): a
+ * sample of them, each asked of the kernel.  Pages not yet touched (shm
+ * maps lazily) cannot be told and are passed over.
+ */
+static void ss_sync_check_placement(struct ss_sync *s)
+{
+	size_t len = ss_region_len(s->r[SS_R_PARAMS]), page = 4096;
+	const char *base = ss_region_ptr(s->r[SS_R_PARAMS]);
+	int wrong = -1, asked = 0, off = 0;
+
+	for (int k = 0; k < 16; k++) {
+		size_t at = len / page * (size_t)k / 16 * page;
+		int node = ss_topo_memory_node(s->opts.topo, base + at);
+
+		if (node < 0)
+			continue;
+		asked++;
+		if (node != s->opts.numa) {
+			wrong = node;
+			off++;
+		}
+	}
+	if (off)
+		ss_log_warn("sync: %d of %d sampled pages of the replica are "
+			    "on NUMA node %d, not the planned %d: trainers and "
+			    "the NIC reach them across the interconnect "
+			    "(is the memory of node %d full?)",
+			    off, asked, wrong, s->opts.numa, s->opts.numa);
+	else if (asked)
+		ss_log_debug("sync: the replica is on NUMA node %d (%d pages "
+			     "sampled)",
+			     s->opts.numa, asked);
+	s->placement_off = off;
+}
+
 static int ss_sync_alloc(struct ss_sync *s)
 {
 	static const unsigned access[SS_R_COUNT] = {
@@ -105,6 +160,8 @@ static int ss_sync_alloc(struct ss_sync *s)
 		[SS_R_CLAIMS] = SS_ACCESS_REMOTE_ATOMIC,
 	};
 
+	if (s->opts.topo)
+		ss_fabric_set_placement(s->fabric, ss_sync_place, s);
 	for (int i = 0; i < SS_R_COUNT; i++) {
 		/* the whole replica; the rest sized for what is synchronized */
 		size_t floats = i == SS_R_PARAMS ?
@@ -129,16 +186,9 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->state = ss_region_ptr(s->r[SS_R_STATE]);
 	s->claim_words = ss_region_ptr(s->r[SS_R_CLAIMS]);
 	s->ctrl = (uint32_t *)(s->inbox + ss__ctrl_off(s));
-	for (int i = 0; s->opts.topo && i < SS_R_COUNT; i++) {
-		if (ss_topo_bind(s->opts.topo, ss_region_ptr(s->r[i]),
-				 ss_region_len(s->r[i]), s->opts.numa) < 0) {
-			ss_log_warn(
-				"sync: replica memory not bound to NUMA node %d: %s: %s",
-				s->opts.numa, ss_last_error()->what,
-				ss_last_error()->why);
-			break;
-		}
-	}
+	ss_fabric_set_placement(s->fabric, NULL, NULL);
+	if (s->opts.topo)
+		ss_sync_check_placement(s);
 	return 0;
 }
 

@@ -113,6 +113,8 @@ struct ss_sync {
 	bool *left; /* it said LEAVE: no member, not waited for, until it
 		     * asks to join again */
 	bool leaving; /* we said LEAVE */
+	bool place_warned; /* a region could not be bound: said once */
+	int placement_off; /* sampled replica pages off the planned node */
 	bool barrier_members_only; /* ss_sync_finish's last: no one else */
 	struct ss_region *r[SS_R_COUNT];
 	float *w, *inbox, *avg, *center, *snap;
