@@ -221,6 +221,20 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
 		  "%s", out);
 	cr_assert(strstr(out, "reseeded its replica from rank"), "%s", out);
 	cr_assert(strstr(out, "\"failed\":0,\"restarts\":1,"), "%s", out);
+	/*
+	 * Data by chunks: the new process takes the next unclaimed chunk, so
+	 * the chunks the dead one trained (its counts died with it) are not
+	 * trained again, and the final processes' examples add up to less
+	 * than the file.  A static share would be trained whole again: 400000.
+	 */
+	{
+		const char *job = strstr(out, "{\"world\":3");
+		double ex = job ? cmd_json_number(job, "examples") : 0;
+
+		cr_assert(ex < 400000 && ex > 300000,
+			  "%g examples trained by the final processes\n%s", ex,
+			  out);
+	}
 }
 
 /*
