@@ -234,6 +234,14 @@ size_t ss_region_len(const struct ss_region *region)
 	return region->len;
 }
 
+void ss_fabric_fail_peer(struct ss_fabric *f, int peer, const char *why)
+{
+	if (peer < 0 || peer >= f->opts.world || peer == f->opts.rank ||
+	    f->peers[peer].failed)
+		return;
+	f->ops->fail_peer(f, peer, why);
+}
+
 void ss_fabric_set_placement(struct ss_fabric *f,
 			     void (*place)(void *ctx, void *ptr, size_t len),
 			     void *ctx)

@@ -64,6 +64,8 @@ struct ss__fabric_ops {
 		    int max);
 	/* The slow part of waiting: notice failed peers (events, liveness). */
 	void (*progress)(struct ss_fabric *fabric);
+	/* Fail @peer now: tear it down, complete what is in flight to it. */
+	void (*fail_peer)(struct ss_fabric *fabric, int peer, const char *why);
 	void (*close)(struct ss_fabric *fabric);
 };
 

@@ -681,6 +681,12 @@ static void ss_shm_close(struct ss_fabric *f)
 	f->backend = NULL;
 }
 
+/* Over shm operations complete as they are posted: nothing is in flight. */
+static void ss_shm_fail_peer(struct ss_fabric *f, int p, const char *why)
+{
+	ss__peer_fail(f, p, "%s", why);
+}
+
 const struct ss__fabric_ops ss__shm_ops = {
 	.name = "shm",
 	.open = ss_shm_open,
@@ -690,5 +696,6 @@ const struct ss__fabric_ops ss__shm_ops = {
 	.post = ss_shm_post,
 	.poll = ss_shm_poll,
 	.progress = ss_shm_progress,
+	.fail_peer = ss_shm_fail_peer,
 	.close = ss_shm_close,
 };

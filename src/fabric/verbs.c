@@ -770,5 +770,6 @@ const struct ss__fabric_ops ss__verbs_ops = {
 	.post = ss_verbs_post,
 	.poll = ss_verbs_poll,
 	.progress = ss_verbs_progress,
+	.fail_peer = ss__verbs_peer_down,
 	.close = ss_verbs_close,
 };

@@ -189,6 +189,16 @@ int ss__verbs_qp_ready(struct ss_fabric *f, int p)
 			"ibv_modify_qp to RTS for peer %d (%s) on %s", p,
 			f->peers[p].addr, ss__verbs_where(v));
 	ss_log_gid(f, p, gid);
+	{
+		struct ibv_qp_attr q;
+		struct ibv_qp_init_attr qi;
+
+		if (ibv_query_qp(vp->qp, &q, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT,
+				 &qi) == 0)
+			ss_log_debug(
+				"verbs: peer %d: ACK timeout %u, retry count %u",
+				p, q.timeout, q.retry_cnt);
+	}
 	return 0;
 }
 
@@ -267,6 +277,30 @@ static void ss_cm_fail(struct ss_fabric *f, int rc)
 		v->cm_fatal = rc;
 }
 
+/*
+ * The ACK timeout of the queue pair @id will make, set before rdma_cm
+ * computes its attributes: 4.096 us x 2^t per try, SS_VERBS_ACK_TIMEOUT
+ * (t = 17: 0.54 s) unless SS_ACK_TIMEOUT says; with retry_count 7 a host
+ * that died (no disconnect, no reply) fails the operation in flight
+ * after about 8 tries, 4.3 s.  Left to rdma_cm, RoCE's timeout came from
+ * the route's packet life time, and over soft-RoCE operations to a
+ * powered-off host never completed at all.
+ */
+static void ss_cm_ack_timeout(struct rdma_cm_id *id)
+{
+	const char *env = getenv("SS_ACK_TIMEOUT");
+	uint8_t t = SS_VERBS_ACK_TIMEOUT;
+
+	if (env && *env && atoi(env) >= 1 && atoi(env) <= 31)
+		t = (uint8_t)atoi(env);
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t,
+			    sizeof(t)))
+		ss_log_warn(
+			"verbs: cannot set the ACK timeout (%u): %s; a dead "
+			"host may be noticed late",
+			t, strerror(errno));
+}
+
 static int ss_cm_start(struct ss_fabric *f, int p)
 {
 	struct ss_verbs *v = f->backend;
@@ -286,6 +320,7 @@ static int ss_cm_start(struct ss_fabric *f, int p)
 			   RDMA_PS_TCP))
 		return ss_error_set(-errno, NULL, NULL, "rdma_create_id");
 	vp->id = id;
+	ss_cm_ack_timeout(id);
 	if (rdma_resolve_addr(id, (struct sockaddr *)&src,
 			      (struct sockaddr *)&dst, SS_VERBS_RESOLVE_MS)) {
 		ss_log_debug("verbs: rdma_resolve_addr to peer %d (%s): %s", p,
@@ -365,6 +400,7 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 	bool bad;
 	int p, rc;
 
+	ss_cm_ack_timeout(id);
 	memset(&theirs, 0, sizeof(theirs));
 	if (len >= sizeof(theirs))
 		ss__hello_from_wire(data, &theirs);

@@ -207,9 +207,47 @@ void ss__wait_sends(struct ss_sync *s, uint64_t deadline)
 		ss__pump(s, 1);
 }
 
+/*
+ * A peer whose operations have all stayed unanswered this long is gone: a
+ * live peer's NIC answers whatever its process does, so this is a host
+ * that died or a link that is down, which send no disconnect.
+ */
+static uint64_t ss_silence_ns(const struct ss_sync *s)
+{
+	uint64_t ms = 2ull * s->timeout_ms;
+
+	return (ms > SS_SILENCE_MIN_MS ? ms : SS_SILENCE_MIN_MS) * 1000000ull;
+}
+
+/* Fail the peers whose operations in flight have gone unanswered. */
+static void ss_fail_silent_peers(struct ss_sync *s)
+{
+	uint64_t now = ss_now_ns();
+
+	for (int p = 0; p < s->world; p++) {
+		char why[128];
+
+		if (p == s->rank || s->in_flight[p] <= 0 ||
+		    now - s->flight_start_ns[p] < ss_silence_ns(s))
+			continue;
+		snprintf(why, sizeof(why),
+			 "%d operations unanswered for %.0f s: its host is "
+			 "down or unreachable",
+			 s->in_flight[p],
+			 (double)(now - s->flight_start_ns[p]) / 1e9);
+		ss_log_warn("sync: peer %d: %s", p, why);
+		ss_fabric_fail_peer(s->fabric, p, why);
+	}
+}
+
 int ss__drain(struct ss_sync *s, uint64_t deadline)
 {
 	ss__wait_sends(s, deadline);
+	if (s->outstanding > 0) {
+		ss_fail_silent_peers(s);
+		/* what the failures completed */
+		ss__wait_sends(s, ss_deadline_ns(100));
+	}
 	if (s->outstanding <= 0)
 		return 0;
 	/* The fabric completes them with an error when it gives up. */

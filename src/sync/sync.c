@@ -721,19 +721,23 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 		(unsigned long long)st.peers_left_out,
 		(unsigned long long)st.joins, (unsigned long long)st.reseeds);
 	if (st.rounds_partial || st.rounds_skipped || st.messages_late ||
-	    st.easgd_dropped)
+	    st.easgd_dropped) {
+		char who[64] = "";
+
+		if (worst >= 0)
+			snprintf(who, sizeof(who),
+				 " (most left out: peer %d, %llu times)", worst,
+				 (unsigned long long)ss_sync_peer_left_out(
+					 s, worst));
 		fprintf(out,
-			"sync %s: %llu rounds partial (most left out: peer %d, "
-			"%llu times), %llu skipped, %llu late messages "
-			"discarded, %llu S-EASGD deltas dropped, round timeout "
-			"%u ms\n",
+			"sync %s: %llu rounds partial%s, %llu skipped, %llu "
+			"late messages discarded, %llu S-EASGD deltas dropped, "
+			"round timeout %u ms\n",
 			ss_sync_algo_name(s->opts.algo),
-			(unsigned long long)st.rounds_partial, worst,
-			(unsigned long long)(worst < 0 ? 0 :
-							 ss_sync_peer_left_out(
-								 s, worst)),
+			(unsigned long long)st.rounds_partial, who,
 			(unsigned long long)st.rounds_skipped,
 			(unsigned long long)st.messages_late,
 			(unsigned long long)st.easgd_dropped,
 			st.round_timeout_ms);
+	}
 }

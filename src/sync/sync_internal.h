@@ -92,6 +92,9 @@ static inline int ss__slots(int kind)
 #define SS_ROUND_TIMEOUT_MIN_MS 5000u
 #define SS_ROUND_TIMEOUT_MAX_MS 600000u
 
+/* Operations to a peer unanswered this long, at least, fail it. */
+#define SS_SILENCE_MIN_MS 10000u
+
 /* A peer's bandwidth before any round measured it, bytes/s: guess low. */
 #define SS_BW_GUESS 100e6
 
