@@ -46,8 +46,9 @@ COMMAND := $(O)/bin/shadowsync
 VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor
 # and in a guest with two NUMA nodes
 NUMA_TESTS := test_sync_numa
-# and across a soft-RoCE cluster of three guests
-CLUSTER_TESTS := tests/cluster/host-dies
+# and across soft-RoCE clusters of two and three guests
+CLUSTER2_TESTS := tests/cluster/fabric
+CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads
@@ -139,7 +140,8 @@ test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
-	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run --cluster 3 $(CLUSTER_TESTS)
+	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)
+	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run --cluster 3 $(CLUSTER3_TESTS)
 	@$(MAKE) --no-print-directory O=$(O)/asan \
 		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
 		tests

@@ -9,6 +9,57 @@
 
 #include "ranks.h"
 
+/*
+ * Criterion's current test, where the program has Criterion (the TSan
+ * runner does not): its name makes the ports and the job key every host
+ * of a cluster agrees on.
+ */
+struct criterion_test {
+	const char *name;
+	const char *category;
+};
+extern const struct criterion_test *const criterion_current_test
+	__attribute__((weak));
+
+bool ranks_cluster(int *rank, int *world)
+{
+	const char *hosts = getenv("SS_HOSTS"), *r = getenv("SS_RANK");
+	int n = 1;
+
+	if (!hosts || !*hosts || !r || ranks_transport() != SS_TRANSPORT_VERBS)
+		return false;
+	for (const char *c = hosts; *c; c++)
+		n += *c == ',';
+	if (rank)
+		*rank = atoi(r);
+	if (world)
+		*world = n;
+	return true;
+}
+
+/* FNV-1a of the current test's category and name: the same on every host. */
+static uint64_t ranks_test_hash(void)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	const char *parts[2] = { NULL, NULL };
+
+	if (&criterion_current_test && criterion_current_test) {
+		parts[0] = criterion_current_test->category;
+		parts[1] = criterion_current_test->name;
+	}
+	for (int i = 0; i < 2; i++)
+		for (const char *c = parts[i]; c && *c; c++)
+			h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+	return h;
+}
+
+uint64_t ranks_job_key(void)
+{
+	if (ranks_cluster(NULL, NULL))
+		return ranks_test_hash() | 1;
+	return ((uint64_t)getpid() << 32) ^ ss_now_ns();
+}
+
 enum ss_transport ranks_transport(void)
 {
 	const char *t = getenv("SS_TEST_TRANSPORT");
@@ -26,8 +77,24 @@ const char *ranks_no_device(void)
 
 void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs)
 {
-	const char *host = getenv("SS_RXE_ADDR");
+	const char *host = getenv("SS_RXE_ADDR"), *hosts = getenv("SS_HOSTS");
 
+	if (ranks_cluster(NULL, NULL)) { /* rank i on host i */
+		for (int i = 0; i < world; i++) {
+			const char *at = hosts;
+			size_t len;
+
+			for (int k = 0; k < i && at; k++) {
+				at = strchr(at, ',');
+				at = at ? at + 1 : NULL;
+			}
+			len = at ? strcspn(at, ",") : 0;
+			snprintf(buf[i], 64, "%.*s:%d", (int)len, at ? at : "",
+				 port_base + i);
+			addrs[i] = buf[i];
+		}
+		return;
+	}
 	for (int i = 0; i < world; i++) {
 		snprintf(buf[i], 64, "%s:%d", host ? host : "127.0.0.1",
 			 port_base + i);
@@ -37,6 +104,8 @@ void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs)
 
 int ranks_port_base(void)
 {
+	if (ranks_cluster(NULL, NULL))
+		return 20000 + (int)(ranks_test_hash() % 2000) * 8;
 	return 20000 + (int)(getpid() % 2000) * 8;
 }
 
@@ -72,7 +141,40 @@ int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
 {
 	pid_t pids[RANKS_MAX];
 	uint64_t deadline = ss_deadline_ns((uint64_t)timeout_s * 1000);
-	int failed = 0, started = 0;
+	int failed = 0, started = 0, me, hosts;
+
+	if (ranks_cluster(&me, &hosts)) {
+		/* one rank a host: this host's, as a process of its own */
+		pid_t pid;
+		int status = 0;
+
+		if (hosts != world || restarts) {
+			fprintf(stderr,
+				"ranks: %d ranks%s, on a cluster of %d hosts: "
+				"run this test on a single host\n",
+				world, restarts ? " restarted" : "", hosts);
+			return world;
+		}
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0)
+			_exit(fn(me, arg));
+		while (pid > 0 && waitpid(pid, &status, WNOHANG) == 0) {
+			if (ss_deadline_passed(deadline)) {
+				kill(pid, SIGKILL);
+				waitpid(pid, &status, 0);
+				return 1;
+			}
+			ss_sleep_ns(5000000);
+		}
+		if (exits)
+			for (int r = 0; r < world; r++)
+				exits[r] = r == me && WIFEXITED(status) ?
+						   WEXITSTATUS(status) :
+						   -1;
+		return pid < 0 || !WIFEXITED(status) ||
+		       WEXITSTATUS(status) != 0;
+	}
 
 	for (int r = 0; r < world && r < RANKS_MAX; r++) {
 		fflush(NULL);

@@ -32,6 +32,18 @@ enum ss_transport ranks_transport(void);
 /* ranks_no_device() - why verbs tests cannot run here, or NULL. */
 const char *ranks_no_device(void);
 
+/*
+ * ranks_cluster() - whether this test runs on one host of a soft-RoCE
+ * cluster (tools/rxe-vm --hosts: SS_HOSTS and SS_RANK set, over verbs):
+ * then each host runs only its own rank (@rank), the world is the hosts
+ * (@world), rank i listens on host i, and ports and job keys come from
+ * the test's name, the same on every host.
+ */
+bool ranks_cluster(int *rank, int *world);
+
+/* ranks_job_key() - a key for this test's job (the cluster's, see above). */
+uint64_t ranks_job_key(void);
+
 /* ranks_addrs() - "host:port" of each rank, from a per-test port base. */
 void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs);
 

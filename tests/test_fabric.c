@@ -222,8 +222,7 @@ static int job_rank(int rank, void *arg)
 /* Run the job's ranks as processes, at most 120 s; see ranks_run(). */
 static int run_job_status(struct job *job, int *exits)
 {
-	struct job_run run = { job, ranks_port_base(),
-			       ((uint64_t)getpid() << 32) ^ ss_now_ns() };
+	struct job_run run = { job, ranks_port_base(), ranks_job_key() };
 	int failed = ranks_run(job->world, job_rank, &run, 120, exits);
 
 	cr_assert_leq(failed, job->world);
@@ -292,6 +291,15 @@ Test(fabric, fetch_add_hands_out_every_number_once, .timeout = 240)
 static const size_t sizes[] = { 1, 7, 4096, 65537, MIB + 3, 64 * MIB };
 #define N_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
+/*
+ * Whether size @k is tried here: across the emulated wire of a soft-RoCE
+ * cluster (a few MB/s under TCG) 64 MiB outlasts the tests' 20 s waits.
+ */
+static bool size_here(size_t k)
+{
+	return !ranks_cluster(NULL, NULL) || sizes[k] <= 8 * MIB;
+}
+
 static int body_sizes(struct rank_ctx *c, struct job *job)
 {
 	void *shared = ss_region_ptr(c->r[R_SHARED]);
@@ -307,6 +315,8 @@ static int body_sizes(struct rank_ctx *c, struct job *job)
 		for (size_t k = 0; k < N_SIZES; k++) {
 			long bad;
 
+			if (!size_here(k))
+				continue;
 			if (wait_imm(c, 0, &imm))
 				return 1;
 			fail_if(imm != 100 + k, "immediate %u, want %zu", imm,
@@ -323,9 +333,13 @@ static int body_sizes(struct rank_ctx *c, struct job *job)
 	if (wait_imm(c, 1, &imm))
 		return 1;
 	for (size_t k = 0; k < N_SIZES; k++) {
-		int rc = ss_fabric_read(c->f, 1, c->r[R_LOCAL], 3, R_SHARED, 5,
-					sizes[k], k);
+		int rc;
 		long bad;
+
+		if (!size_here(k))
+			continue;
+		rc = ss_fabric_read(c->f, 1, c->r[R_LOCAL], 3, R_SHARED, 5,
+				    sizes[k], k);
 
 		fail_if(rc != 0, "read %zu: %s", sizes[k], ss_strerror(rc));
 		if (wait_op(c, k, SS_OP_READ))
@@ -336,9 +350,12 @@ static int body_sizes(struct rank_ctx *c, struct job *job)
 	}
 	fill(local, ss_region_len(c->r[R_LOCAL]), 0, 0);
 	for (size_t k = 0; k < N_SIZES; k++) {
-		int rc = ss_fabric_write_imm(c->f, 1, c->r[R_LOCAL], 3,
-					     R_SHARED, 5, sizes[k],
-					     100 + (uint32_t)k, 50 + k);
+		int rc;
+
+		if (!size_here(k))
+			continue;
+		rc = ss_fabric_write_imm(c->f, 1, c->r[R_LOCAL], 3, R_SHARED, 5,
+					 sizes[k], 100 + (uint32_t)k, 50 + k);
 
 		fail_if(rc != 0, "write %zu: %s", sizes[k], ss_strerror(rc));
 		if (wait_op(c, 50 + k, SS_OP_WRITE_IMM) || wait_imm(c, 1, &imm))
@@ -574,7 +591,15 @@ static void assert_refused(struct job *job)
 {
 	int exits[2] = { -1, -1 };
 
+	int me;
+
 	run_job_status(job, exits);
+	if (ranks_cluster(&me, NULL)) {
+		/* one rank here: the other's status is on its own host */
+		cr_assert(exits[me] == 0 || exits[me] == EXIT_TIMED_OUT,
+			  "exit status %d", exits[me]);
+		return;
+	}
 	cr_assert((exits[0] == 0 || exits[0] == EXIT_TIMED_OUT) &&
 			  (exits[1] == 0 || exits[1] == EXIT_TIMED_OUT),
 		  "exit statuses %d and %d", exits[0], exits[1]);
