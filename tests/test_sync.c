@@ -231,7 +231,8 @@ Test(sync, ma_synchronizes_only_the_prefix_given, .timeout = 180)
 /*
  * No torn average, and no message used for another round than its own:
  * 3 ranks of S-MA, round timeout 150 ms, rank 2 stopped by SIGSTOP three
- * times for 400 ms (past two timeouts) at whatever point of its rounds.
+ * times for 400 ms (past two timeouts), 50 ms apart, at whatever point of
+ * its rounds (each rank's 40 rounds are 10 ms apart: they outlast it).
  * Before each round every rank fills its replica with one constant,
  * distinct per rank and round; each records the value of every shard
  * after the round.  Every shard must then be constant, and its value the
@@ -260,7 +261,7 @@ static float torn_fill(int rank, int k)
 
 static int body_torn(struct ss_sync *s, int rank, struct job *job)
 {
-	pid_t stopper = rank == 2 ? stop_me(3, 200, 400) : -1;
+	pid_t stopper = rank == 2 ? stop_me(3, 50, 400) : -1;
 	float *w = ss_sync_params(s);
 
 	for (int k = 0; k < TORN_ROUNDS; k++) {
@@ -287,7 +288,7 @@ static int body_torn(struct ss_sync *s, int rank, struct job *job)
 					v = NAN; /* torn */
 			torn_rec->shard[rank][round][q] = v;
 		}
-		ss_sleep_ns(5000000);
+		ss_sleep_ns(10000000); /* 40 rounds outlast the first stop */
 	}
 	if (stopper > 0)
 		waitpid(stopper, NULL, 0);
