@@ -62,7 +62,6 @@ static void ss_round_message(struct ss_sync *s, int kind, int p, uint32_t round)
 		pthread_mutex_unlock(&s->lock);
 	}
 	s->arrived[kind][ss__arrival(s, round, p)] = round;
-	s->seen[kind][p] = round;
 }
 
 static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)

@@ -128,8 +128,8 @@ struct ss_sync {
 
 	uint32_t round, barrier_seq;
 	/*
-	 * seen[kind][p]: the round (barrier kinds: barrier) of the newest
-	 * message of @kind from @p.  arrived[kind][parity * world + p]: for
+	 * seen[kind][p]: for control kinds, the barrier (or round) of
+	 * the newest message of @kind from @p.  arrived[kind][parity * world + p]: for
 	 * round kinds, the round of @p's message in the slot of that parity.
 	 * latest[p]: the newest round @p has sent anything for, SKIP
 	 * included: @p is in that round, so has finished the one before.
