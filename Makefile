@@ -43,7 +43,7 @@ SHARED_LIB := $(O)/lib/libshadowsync.so
 COMMAND := $(O)/bin/shadowsync
 
 # Tests that also run over verbs, inside the soft-RoCE guest.
-VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor
+VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor test_table
 # and in a guest with two NUMA nodes
 NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
@@ -51,7 +51,7 @@ CLUSTER2_TESTS := tests/cluster/fabric
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss
 
 # Tests that start threads also run under ThreadSanitizer.
-THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads
+THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 
 .SECONDARY:

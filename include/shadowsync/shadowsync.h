@@ -12,5 +12,6 @@
 #include "shadowsync/sync.h"
 #include "shadowsync/train.h"
 #include "shadowsync/checkpoint.h"
+#include "shadowsync/table.h"
 
 #endif /* SHADOWSYNC_H */

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * ShadowSync table layer: rows of fixed width, sharded over the ranks.
+ *
+ * One logical set of @tables tables of @rows rows of @width floats each.
+ * Every row has one owner rank, which keeps it (and its Adagrad
+ * accumulators) in its own registered memory.  The other ranks READ the
+ * rows they need, one-sided, and send the rows' gradients to the owner by
+ * one-sided WRITEs into a log of their own in the owner's memory; the
+ * owner's applier applies them.  The layer knows nothing of what the rows
+ * mean.
+ *
+ * Threads: ss_table_open() starts one proxy thread per rank, which posts
+ * every RDMA operation of the rank's clients (batched, one queue pair per
+ * peer, no lock on the data path: each client talks to it through rings
+ * of its own), and applies the gradients that come in.  Client @c's calls
+ * (lookup, wait, push) come from one thread at a time; different clients
+ * may call at the same time.
+ *
+ * A lookup is posted (ss_table_lookup) and waited for later
+ * (ss_table_wait): a trainer posts the rows of its next batches while it
+ * computes this one, and waits for nothing when the network keeps up.
+ * Rows of the own shard are read in place; others land in a staging area
+ * of the client's, a slot per lookup in flight (@depth).
+ *
+ * The table layer listens on its own endpoint: @addrs are its own
+ * addresses, not the sync layer's (ss_table_addrs() derives them).
+ */
+#ifndef SHADOWSYNC_TABLE_H
+#define SHADOWSYNC_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shadowsync/base.h"
+#include "shadowsync/fabric.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ss_table_update {
+	SS_TABLE_SGD, /* row -= lr * g */
+	SS_TABLE_ADAGRAD, /* acc += g^2; row -= lr * g / (sqrt(acc) + eps) */
+};
+
+struct ss_table_options {
+	int tables; /* logical tables */
+	uint32_t rows; /* rows in each */
+	int width; /* floats in a row */
+	enum ss_table_update update;
+	float lr, eps;
+	uint64_t seed; /* rows start as ss_table_init_row() makes them */
+	float init_bound; /* uniform in +-init_bound; 0: sqrt(1 / rows) */
+	int clients; /* threads that look up and push */
+	int max_rows; /* rows in one lookup or push, at most */
+	int depth; /* lookups in flight per client (1 + prefetch) */
+	uint32_t log_entries; /* gradient log per sender at each owner */
+	unsigned timeout_ms; /* a lookup, and credits for a push */
+};
+
+/*
+ * ss_table_options_init() - one table of 1000 rows of 16, SGD at 0.1,
+ * 1 client, 4096 rows a lookup, depth 2, logs of 16384 entries, 5 s.
+ */
+void ss_table_options_init(struct ss_table_options *opts);
+
+/*
+ * ss_table_init_row() - the starting values of row @row of table @table:
+ * uniform in +-@bound from a hash of (@seed, @table, @row, i), so that
+ * every placement of the rows starts from the same model.
+ */
+void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
+		       float bound, float *out);
+
+/*
+ * ss_table_addrs() - the table endpoint's address of each rank: the sync
+ * address "host:port" with port + @world (launch gives rank r port P + r,
+ * so the table ports P + N + r collide with none of the job's).  Writes
+ * @world strings of up to 64 bytes into @buf and points @addrs at them.
+ * Returns 0 or SS_EUSAGE naming the address without a port.
+ */
+int ss_table_addrs(const char *const *sync_addrs, int world, char (*buf)[64],
+		   const char **addrs);
+
+struct ss_table;
+
+/*
+ * ss_table_open() - allocate this rank's shard and the logs and staging
+ * areas, connect to every peer's table endpoint (@fabric_opts: rank,
+ * world, addresses, transport, job key), start the proxy thread.  The
+ * layout (tables, rows, width, log size) must be the same on every rank:
+ * the handshake refuses a peer whose differs.  Returns 0, SS_EUSAGE for
+ * bad options, or what ss_fabric_open() and ss_fabric_connect() return.
+ */
+int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
+		  const struct ss_fabric_options *fabric_opts);
+
+/*
+ * ss_table_close() - stop the proxy thread (pushes still queued are
+ * flushed for at most the timeout, then counted as dropped), disconnect,
+ * release everything, clear the pointer.  NULL is fine.
+ */
+void ss_table_close(struct ss_table **table);
+
+/* ss_table_owner() - the rank that owns row @row of table @t. */
+int ss_table_owner(const struct ss_table *table, int t, uint32_t row);
+
+/*
+ * ss_table_row() - this rank's copy of a row it owns (NULL when another
+ * rank owns it): for checkpoints, and for reading the model in place.
+ */
+float *ss_table_row(struct ss_table *table, int t, uint32_t row);
+
+/*
+ * ss_table_lookup() - post the lookup of @n rows (@ids[i] = table * rows +
+ * row) into slot @slot (0 <= slot < depth) of client @client.  The slot
+ * must be free: never posted, or waited for since.  Returns 0, or -EINVAL
+ * for a bad client, slot, size or id.
+ */
+int ss_table_lookup(struct ss_table *table, int client, int slot,
+		    const uint64_t *ids, int n);
+
+/*
+ * ss_table_wait() - wait for slot @slot's lookup and point @rows[i] at row
+ * i: in place for the own shard, in the staging area for the others
+ * (valid until the slot is posted again).  A row whose owner failed, or
+ * whose READ did not complete within the timeout, holds the values last
+ * fetched into its place (counted as stale).  Returns 0, or -EINVAL.
+ */
+int ss_table_wait(struct ss_table *table, int client, int slot,
+		  const float **rows);
+
+/*
+ * ss_table_push() - queue the gradients of @n distinct rows (@grads: n x
+ * width, summed over the batch) for their owners.  Own rows are updated
+ * here, at once; the others go to their owners' logs.  When client
+ * @client's queue is full, waits for room at most the timeout, then drops
+ * them (counted).  Returns 0, or -EINVAL.
+ */
+int ss_table_push(struct ss_table *table, int client, const uint64_t *ids,
+		  const float *grads, int n);
+
+/*
+ * ss_table_flush() - wait until every gradient pushed so far by every
+ * client has been applied by its owner (or dropped), at most @timeout_ms.
+ * Returns 0 or -ETIMEDOUT.
+ */
+int ss_table_flush(struct ss_table *table, unsigned timeout_ms);
+
+/*
+ * ss_table_pause_applier() - stop (@paused true) or restart applying the
+ * gradients that come in: for tests of the flow control, and to read a
+ * quiet shard.  Senders then wait on credits, and drop after the timeout.
+ */
+void ss_table_pause_applier(struct ss_table *table, bool paused);
+
+struct ss_table_stats {
+	uint64_t lookups; /* ss_table_wait() calls */
+	uint64_t rows_local, rows_fetched; /* rows looked up, by where */
+	uint64_t rows_stale; /* owner failed or READ late */
+	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */
+	uint64_t pushed_local, pushed; /* gradients applied here, sent */
+	uint64_t dropped; /* gradients never sent, or whose WRITE failed */
+	uint64_t applied; /* gradients from peers applied to our shard */
+	uint64_t credit_waits; /* times a log was full at its owner */
+	size_t shard_bytes; /* rows (and accumulators) this rank holds */
+	size_t registered_bytes; /* all its registered memory */
+};
+
+/* ss_table_stats() - totals so far (safe from any thread). */
+void ss_table_stats(struct ss_table *table, struct ss_table_stats *stats);
+
+/*
+ * ss_table_fabric() - the endpoint the layer uses: for tests and
+ * benchmarks that address its regions (SS_TABLE_R_*) directly.
+ */
+struct ss_fabric *ss_table_fabric(struct ss_table *table);
+
+/* The table endpoint's regions, in their order. */
+enum {
+	SS_TABLE_R_ROWS, /* the shard, remote-READ only */
+	SS_TABLE_R_LOG, /* the senders' gradient logs, remote-WRITE only */
+	SS_TABLE_R_HEAD, /* entries applied from each sender, remote-READ */
+	SS_TABLE_R_LOCAL, /* accumulators, staging, outbound logs: local */
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHADOWSYNC_TABLE_H */

@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The proxy thread: the one thread that drives the table endpoint.  It
+ * posts the clients' lookups and pushes as they come, takes every
+ * completion, and applies the peers' gradients to our shard.  One thread
+ * owns the queue pairs, so nothing on the data path takes a lock, and the
+ * READs of all clients to one owner go out back to back.
+ */
+#include <stdlib.h>
+
+#include "table_internal.h"
+
+/* A peer that came back is a new process: logs start again from zero. */
+static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
+{
+	for (int p = 0; p < tb->world; p++) {
+		uint32_t e = ss_fabric_peer_epoch(tb->fabric, p);
+		struct ss__table_outbound *ob = &tb->out[p];
+
+		if (p == tb->rank || e == epoch[p])
+			continue;
+		if (epoch[p]) {
+			/* what its old process had yet to apply is lost */
+			if (ob->posted > ob->head)
+				ss__table_count(&tb->st.dropped,
+						ob->posted - ob->head);
+			__atomic_store_n(&ob->head, 0, __ATOMIC_RELEASE);
+			__atomic_store_n(&ob->tail, ob->tail - ob->posted,
+					 __ATOMIC_RELEASE);
+			ob->posted = 0;
+			ob->head_reading = false;
+			tb->consumed[p] = 0;
+			tb->queued[p] = 0;
+			atomic_store(&tb->head_out[p], 0);
+		}
+		epoch[p] = e;
+	}
+}
+
+static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
+{
+	if (c->op == SS_OP_RECV_IMM) {
+		ss__table_log_arrived(tb, c);
+		return;
+	}
+	switch (SS__WR_KIND(c->wr_id)) {
+	case SS__WR_LOOKUP:
+		ss__table_lookup_done(tb, c);
+		break;
+	case SS__WR_HEAD:
+		ss__table_head_done(tb, c);
+		break;
+	case SS__WR_LOG:
+		ss__table_push_done(tb, c);
+		break;
+	default:
+		break;
+	}
+}
+
+void *ss__table_proxy(void *arg)
+{
+	struct ss_table *tb = arg;
+	uint32_t *epoch = calloc((size_t)tb->world, sizeof(uint32_t));
+	struct ss_completion c[64];
+	unsigned idle = 0;
+
+	while (!atomic_load_explicit(&tb->stop, memory_order_relaxed)) {
+		bool did = false;
+		int n;
+
+		if (epoch)
+			ss_peer_epochs(tb, epoch);
+		did |= ss__table_post_lookups(tb);
+		did |= ss__table_post_pushes(tb);
+		n = ss_fabric_poll(tb->fabric, c, 64, 0);
+		for (int i = 0; i < n; i++)
+			ss_completed(tb, &c[i]);
+		did |= n > 0;
+		did |= ss__table_apply_logs(tb);
+		/*
+		 * Idle: spin a little (a lookup posted now is served at
+		 * once), then nap, so that an idle proxy takes no core from
+		 * the trainers.
+		 */
+		if (did)
+			idle = 0;
+		else if (++idle > 1000)
+			ss_sleep_ns(20000);
+	}
+	free(epoch);
+	return NULL;
+}

@@ -1,0 +1,408 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The sharded tables: where each row lives, this rank's shard and the
+ * memory around it, and the endpoint they are served on.
+ *
+ * A row's owner comes from a permutation of each table's rows, r' = (a r
+ * + b) mod rows with a coprime to rows (a and b hashed from the table):
+ * owner r' mod N, index r' div N in the owner's part of that table.
+ * Neighbouring rows land on different owners, every owner holds about
+ * rows / N of each table, and where rows are ids hashed into a table, hot
+ * ones spread like any others.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/mix.h"
+#include "table_internal.h"
+
+void ss_table_options_init(struct ss_table_options *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->tables = 1;
+	o->rows = 1000;
+	o->width = 16;
+	o->update = SS_TABLE_SGD;
+	o->lr = 0.1f;
+	o->eps = 1e-8f;
+	o->seed = 1;
+	o->clients = 1;
+	o->max_rows = 4096;
+	o->depth = 2;
+	o->log_entries = 16384;
+	o->timeout_ms = 5000;
+}
+
+void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
+		       float bound, float *out)
+{
+	uint64_t s = ss__mix64(ss__mix64(seed ^ 0x7ab1e) ^
+			       ((uint64_t)(uint32_t)table << 32 | row));
+
+	for (int i = 0; i < width; i++)
+		out[i] = bound * (float)(2.0 * ss__uniform(&s) - 1.0);
+}
+
+int ss_table_addrs(const char *const *sync_addrs, int world, char (*buf)[64],
+		   const char **addrs)
+{
+	for (int r = 0; r < world; r++) {
+		const char *colon = strrchr(sync_addrs[r], ':');
+		long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+
+		if (!colon || port <= 0 || port + world > 65535 ||
+		    (size_t)(colon - sync_addrs[r]) > 48)
+			return ss_error_set(
+				SS_EUSAGE, "no port, or one too large", NULL,
+				"table address of rank %d from '%s'", r,
+				sync_addrs[r]);
+		snprintf(buf[r], 64, "%.*s:%ld", (int)(colon - sync_addrs[r]),
+			 sync_addrs[r], port + world);
+		addrs[r] = buf[r];
+	}
+	return 0;
+}
+
+static uint64_t ss_gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+void ss__table_place(const struct ss_table *tb, int t, uint32_t row, int *owner,
+		     uint32_t *slot)
+{
+	uint64_t p = (tb->mult[t] * row + tb->add[t]) % tb->opts.rows;
+
+	*owner = (int)(p % (uint64_t)tb->world);
+	*slot = (uint32_t)t * tb->rows_per_owner +
+		(uint32_t)(p / (uint64_t)tb->world);
+}
+
+int ss_table_owner(const struct ss_table *tb, int t, uint32_t row)
+{
+	int owner;
+	uint32_t slot;
+
+	ss__table_place(tb, t, row, &owner, &slot);
+	return owner;
+}
+
+float *ss_table_row(struct ss_table *tb, int t, uint32_t row)
+{
+	int owner;
+	uint32_t slot;
+
+	if (t < 0 || t >= tb->opts.tables || row >= tb->opts.rows)
+		return NULL;
+	ss__table_place(tb, t, row, &owner, &slot);
+	return owner == tb->rank ? ss__table_slot_row(tb, slot) : NULL;
+}
+
+static int ss_table_check(const struct ss_table_options *o)
+{
+	const char *bad = NULL;
+
+	if (o->tables < 1)
+		bad = "tables must be at least 1";
+	else if (o->rows < 1)
+		bad = "rows must be at least 1";
+	else if (o->width < 1 || o->width > 4096)
+		bad = "width must be 1 to 4096 floats";
+	else if (o->clients < 1 || o->clients > 256)
+		bad = "clients must be 1 to 256";
+	else if (o->max_rows < 1 || o->max_rows > 1 << 20)
+		bad = "max_rows must be 1 to 2^20";
+	else if (o->depth < 1 || o->depth > 64)
+		bad = "depth must be 1 to 64";
+	else if (o->log_entries < 16 || o->log_entries > 1u << 24)
+		bad = "log_entries must be 16 to 2^24";
+	else if ((double)o->tables * o->rows > 4e9)
+		bad = "more than 4e9 rows in all";
+	else if (!(o->lr > 0))
+		bad = "the learning rate must be positive";
+	return bad ? ss_error_set(SS_EUSAGE, bad, NULL, "table options") : 0;
+}
+
+/* Every rank derives the same permutation of each table's rows. */
+static void ss_table_permutations(struct ss_table *tb)
+{
+	for (int t = 0; t < tb->opts.tables; t++) {
+		uint64_t h = ss__mix64(0x5ba4dull ^ (uint64_t)t),
+			 rows = tb->opts.rows;
+		uint64_t a = rows > 1 ? 1 + h % (rows - 1) : 1;
+
+		while (ss_gcd(a, rows) != 1)
+			a = a + 1 < rows ? a + 1 : 1;
+		tb->mult[t] = a;
+		tb->add[t] = ss__mix64(h) % rows;
+	}
+}
+
+/* The owned rows' starting values, the same as on any other placement. */
+static void ss_table_init_shard(struct ss_table *tb)
+{
+	float bound = tb->opts.init_bound > 0 ?
+			      tb->opts.init_bound :
+			      (float)sqrt(1.0 / tb->opts.rows);
+
+	for (int t = 0; t < tb->opts.tables; t++)
+		for (uint32_t r = 0; r < tb->opts.rows; r++) {
+			int owner;
+			uint32_t slot;
+
+			ss__table_place(tb, t, r, &owner, &slot);
+			if (owner == tb->rank)
+				ss_table_init_row(tb->opts.seed, t, r,
+						  tb->opts.width, bound,
+						  ss__table_slot_row(tb, slot));
+		}
+}
+
+static uint64_t ss_table_layout(const struct ss_table_options *o)
+{
+	uint64_t h = ss__mix64(0x7ab1e5ull ^ (uint64_t)o->tables);
+
+	h = ss__mix64(h ^ o->rows);
+	h = ss__mix64(h ^ (uint64_t)o->width);
+	h = ss__mix64(h ^ o->log_entries);
+	return ss__mix64(h ^ (uint64_t)o->update);
+}
+
+/* The local region: accumulators, staging, our copies of our logs. */
+static size_t ss_table_local_len(const struct ss_table *tb)
+{
+	const struct ss_table_options *o = &tb->opts;
+	size_t acc = o->update == SS_TABLE_ADAGRAD ? tb->shard_floats : 0,
+	       stage = (size_t)o->clients * (size_t)o->depth *
+		       (size_t)o->max_rows * (size_t)o->width,
+	       out = (size_t)tb->world * o->log_entries * tb->entry_bytes;
+
+	return (acc + stage) * sizeof(float) + out +
+	       (size_t)tb->world * sizeof(uint64_t);
+}
+
+static int ss_table_memory(struct ss_table *tb)
+{
+	const struct ss_table_options *o = &tb->opts;
+	size_t logs = (size_t)tb->world * o->log_entries * tb->entry_bytes;
+	uint8_t *local;
+	int rc;
+
+	rc = ss_fabric_alloc(tb->fabric, tb->shard_floats * sizeof(float),
+			     SS_ACCESS_REMOTE_READ, &tb->r_rows);
+	if (!rc)
+		rc = ss_fabric_alloc(tb->fabric, logs, SS_ACCESS_REMOTE_WRITE,
+				     &tb->r_log);
+	if (!rc)
+		rc = ss_fabric_alloc(tb->fabric,
+				     (size_t)tb->world * sizeof(uint64_t),
+				     SS_ACCESS_REMOTE_READ, &tb->r_head);
+	if (!rc)
+		rc = ss_fabric_alloc(tb->fabric, ss_table_local_len(tb),
+				     SS_ACCESS_LOCAL, &tb->r_local);
+	if (rc)
+		return ss_error_prefix("table shard of rank %d", tb->rank);
+	tb->rows = ss_region_ptr(tb->r_rows);
+	tb->log_in = ss_region_ptr(tb->r_log);
+	tb->head_out = ss_region_ptr(tb->r_head);
+	local = ss_region_ptr(tb->r_local);
+	if (o->update == SS_TABLE_ADAGRAD) {
+		tb->acc = (float *)local;
+		local += tb->shard_floats * sizeof(float);
+	}
+	tb->stage = (float *)local;
+	local += (size_t)o->clients * (size_t)o->depth * (size_t)o->max_rows *
+		 (size_t)o->width * sizeof(float);
+	tb->log_out = local;
+	local += logs;
+	tb->heads_in = (uint64_t *)local;
+	return 0;
+}
+
+static int ss_table_clients(struct ss_table *tb)
+{
+	const struct ss_table_options *o = &tb->opts;
+	uint32_t cap = 1;
+
+	/* room for a few batches' gradients before a client waits */
+	while (cap < 4u * (uint32_t)o->max_rows)
+		cap <<= 1;
+	tb->client = calloc((size_t)o->clients, sizeof(*tb->client));
+	if (!tb->client)
+		return -ENOMEM;
+	for (int c = 0; c < o->clients; c++) {
+		struct ss__table_client *cl = &tb->client[c];
+
+		cl->lookup = calloc((size_t)o->depth, sizeof(*cl->lookup));
+		cl->push_cap = cap;
+		cl->push_ids = malloc(cap * sizeof(uint64_t));
+		cl->push_grads =
+			malloc((size_t)cap * (size_t)o->width * sizeof(float));
+		if (!cl->lookup || !cl->push_ids || !cl->push_grads)
+			return -ENOMEM;
+		for (int s = 0; s < o->depth; s++) {
+			struct ss__table_lookup *l = &cl->lookup[s];
+
+			l->ids = malloc((size_t)o->max_rows * sizeof(uint64_t));
+			if (!l->ids)
+				return -ENOMEM;
+			l->stage = tb->stage +
+				   ((size_t)c * (size_t)o->depth + (size_t)s) *
+					   (size_t)o->max_rows *
+					   (size_t)o->width;
+		}
+	}
+	return 0;
+}
+
+int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
+		  const struct ss_fabric_options *fabric_opts)
+{
+	struct ss_fabric_options fo = *fabric_opts;
+	struct ss_table *tb;
+	int rc;
+
+	*table = NULL;
+	rc = ss_table_check(opts);
+	if (rc)
+		return rc;
+	tb = calloc(1, sizeof(*tb));
+	if (!tb)
+		return -ENOMEM;
+	tb->opts = *opts;
+	tb->rank = fo.rank;
+	tb->world = fo.world;
+	tb->rows_per_owner = (uint32_t)((opts->rows + (uint32_t)fo.world - 1) /
+					(uint32_t)fo.world);
+	tb->shard_floats =
+		(size_t)opts->tables * tb->rows_per_owner * (size_t)opts->width;
+	tb->entry_bytes = (sizeof(struct ss__table_entry) +
+			   (size_t)opts->width * sizeof(float) + 7) &
+			  ~(size_t)7;
+	tb->mult = calloc((size_t)opts->tables, sizeof(uint64_t));
+	tb->add = calloc((size_t)opts->tables, sizeof(uint64_t));
+	tb->consumed = calloc((size_t)fo.world, sizeof(uint64_t));
+	tb->queued = calloc((size_t)fo.world, sizeof(uint64_t));
+	tb->out = calloc((size_t)fo.world, sizeof(*tb->out));
+	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	ss_table_permutations(tb);
+	/* peers with other tables (or another optimizer) are refused */
+	fo.layout_hash = ss_table_layout(opts);
+	rc = ss_fabric_open(&tb->fabric, &fo);
+	if (!rc)
+		rc = ss_table_memory(tb);
+	if (!rc)
+		rc = ss_table_clients(tb);
+	if (rc)
+		goto fail;
+	ss_table_init_shard(tb);
+	rc = ss_fabric_connect(tb->fabric);
+	if (rc) {
+		ss_error_prefix("table endpoint of rank %d", tb->rank);
+		goto fail;
+	}
+	rc = pthread_create(&tb->proxy, NULL, ss__table_proxy, tb);
+	if (rc) {
+		rc = ss_error_set(-rc, NULL, NULL, "table proxy thread");
+		goto fail;
+	}
+	tb->proxy_started = true;
+	*table = tb;
+	return 0;
+fail:
+	ss_table_close(&tb);
+	return rc;
+}
+
+void ss_table_close(struct ss_table **table)
+{
+	struct ss_table *tb = *table;
+
+	if (!tb)
+		return;
+	if (tb->proxy_started) {
+		ss_table_flush(tb, tb->opts.timeout_ms);
+		atomic_store(&tb->stop, true);
+		pthread_join(tb->proxy, NULL);
+	}
+	ss_fabric_close(&tb->fabric);
+	for (int c = 0; tb->client && c < tb->opts.clients; c++) {
+		struct ss__table_client *cl = &tb->client[c];
+
+		for (int s = 0; cl->lookup && s < tb->opts.depth; s++)
+			free(cl->lookup[s].ids);
+		free(cl->lookup);
+		free(cl->push_ids);
+		free(cl->push_grads);
+	}
+	free(tb->client);
+	free(tb->mult);
+	free(tb->add);
+	free(tb->consumed);
+	free(tb->queued);
+	free(tb->out);
+	free(tb);
+	*table = NULL;
+}
+
+int ss_table_flush(struct ss_table *tb, unsigned timeout_ms)
+{
+	uint64_t deadline = ss_deadline_ns(timeout_ms);
+	int rc = 0;
+
+	atomic_fetch_add(&tb->flushing, 1);
+	while (!ss__table_pushes_settled(tb)) {
+		if (ss_deadline_passed(deadline)) {
+			rc = ss_error_set(-ETIMEDOUT,
+					  "gradients still on their way", NULL,
+					  "table flush of rank %d", tb->rank);
+			break;
+		}
+		ss_sleep_ns(50000);
+	}
+	atomic_fetch_sub(&tb->flushing, 1);
+	return rc;
+}
+
+void ss_table_pause_applier(struct ss_table *tb, bool paused)
+{
+	atomic_store(&tb->paused, paused);
+}
+
+void ss_table_stats(struct ss_table *tb, struct ss_table_stats *s)
+{
+	struct ss__table_stats *t = &tb->st;
+
+	memset(s, 0, sizeof(*s));
+	s->lookups = atomic_load(&t->lookups);
+	s->rows_local = atomic_load(&t->rows_local);
+	s->rows_fetched = atomic_load(&t->rows_fetched);
+	s->rows_stale = atomic_load(&t->rows_stale);
+	s->lookup_wait_ns = atomic_load(&t->lookup_wait_ns);
+	s->pushed_local = atomic_load(&t->pushed_local);
+	s->pushed = atomic_load(&t->pushed);
+	s->dropped = atomic_load(&t->dropped);
+	s->applied = atomic_load(&t->applied);
+	s->credit_waits = atomic_load(&t->credit_waits);
+	s->shard_bytes = tb->shard_floats * sizeof(float) * (tb->acc ? 2 : 1);
+	s->registered_bytes =
+		ss_region_len(tb->r_rows) + ss_region_len(tb->r_log) +
+		ss_region_len(tb->r_head) + ss_region_len(tb->r_local);
+}
+
+struct ss_fabric *ss_table_fabric(struct ss_table *tb)
+{
+	return tb->fabric;
+}

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * The table layer's insides: the shard, the rings between the clients and
+ * the proxy thread, the outbound logs and their credits.
+ */
+#ifndef SS_TABLE_INTERNAL_H
+#define SS_TABLE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "shadowsync/table.h"
+
+/*
+ * A gradient in a log: the row's place in the owner's shard, then its
+ * width floats.  Entries are 8-byte aligned.
+ */
+struct ss__table_entry {
+	uint32_t slot;
+	uint32_t pad;
+	float g[];
+};
+
+/* A lookup slot's life: the client posts, the proxy reads, it is done. */
+enum {
+	SS__LOOKUP_FREE,
+	SS__LOOKUP_POSTED, /* ids in; the proxy has yet to post the READs */
+	SS__LOOKUP_IN_FLIGHT, /* READs posted, @pending still to complete */
+	SS__LOOKUP_DONE,
+};
+
+struct ss__table_lookup {
+	_Atomic int state;
+	int n;
+	int pending; /* the proxy's: READs not yet completed */
+	uint64_t *ids; /* max_rows */
+	float *stage; /* max_rows x width, in the local region */
+	uint64_t stale; /* the proxy's: failed READs of this lookup */
+};
+
+/* What a client hands the proxy: lookups, and a ring of gradients. */
+struct ss__table_client {
+	struct ss__table_lookup *lookup; /* depth of them */
+	/* single producer (the client), single consumer (the proxy) */
+	uint64_t *push_ids;
+	float *push_grads;
+	uint32_t push_cap; /* a power of two */
+	_Atomic uint64_t push_tail; /* written by the client */
+	_Atomic uint64_t push_head; /* written by the proxy */
+};
+
+/* The proxy's side of the log at one owner. */
+struct ss__table_outbound {
+	uint64_t tail; /* entries placed in our copy of the log */
+	uint64_t posted; /* entries whose WRITE is posted */
+	uint64_t head; /* entries the owner applied, as last read */
+	bool head_reading; /* a READ of its head is in flight */
+	uint64_t full_since_ns; /* 0: not full */
+	uint64_t refreshed_ns; /* when its head was last asked for */
+};
+
+struct ss__table_stats {
+	_Atomic uint64_t lookups, rows_local, rows_fetched, rows_stale;
+	_Atomic uint64_t lookup_wait_ns;
+	_Atomic uint64_t pushed_local, pushed, dropped, applied;
+	_Atomic uint64_t credit_waits;
+};
+
+struct ss_table {
+	struct ss_table_options opts;
+	int rank, world;
+	struct ss_fabric *fabric;
+	struct ss_region *r_rows, *r_log, *r_head, *r_local;
+
+	/* the shard: per table, rows_per_owner rows of width floats */
+	uint32_t rows_per_owner;
+	uint64_t *mult, *add; /* per table: the row permutation */
+	float *rows; /* tables x rows_per_owner x width */
+	float *acc; /* the same, Adagrad's accumulators; NULL for SGD */
+	size_t shard_floats;
+
+	/* logs: one per sender, log_entries entries of entry_bytes */
+	size_t entry_bytes;
+	uint8_t *log_in; /* in r_log: world logs, peers write */
+	_Atomic uint64_t *head_out; /* in r_head: applied from each sender */
+	uint64_t *consumed; /* the applier's: entries applied per sender */
+	uint64_t *queued; /* entries announced per sender (applied or not) */
+	uint8_t *log_out; /* in r_local: our copy of our log at each owner */
+	uint64_t *heads_in; /* in r_local: heads READ from the owners */
+	struct ss__table_outbound *out;
+
+	struct ss__table_client *client;
+	float *stage; /* in r_local */
+
+	pthread_t proxy;
+	bool proxy_started;
+	_Atomic bool stop;
+	_Atomic bool paused; /* the applier */
+	_Atomic uint64_t flushing; /* flush requests in progress */
+	struct ss__table_stats st;
+};
+
+/* wr_id of the proxy's operations: kind, then who it is for. */
+enum { SS__WR_LOOKUP = 1, SS__WR_HEAD, SS__WR_LOG };
+#define SS__WR(kind, a, b) \
+	((uint64_t)(kind) << 60 | (uint64_t)(a) << 32 | (uint64_t)(b))
+#define SS__WR_KIND(id) ((int)((id) >> 60))
+#define SS__WR_A(id) ((uint32_t)(((id) >> 32) & 0x0fffffffu))
+#define SS__WR_B(id) ((uint32_t)(id))
+
+static inline void ss__table_count(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Where row (@t, @row) lives: its owner, and its index in that shard. */
+void ss__table_place(const struct ss_table *tb, int t, uint32_t row, int *owner,
+		     uint32_t *slot);
+
+/* The row at index @slot of our shard, and its accumulators. */
+static inline float *ss__table_slot_row(const struct ss_table *tb,
+					uint32_t slot)
+{
+	return tb->rows + (size_t)slot * (size_t)tb->opts.width;
+}
+
+/* The entry at position @pos of the log of sender (or owner) @p. */
+static inline struct ss__table_entry *
+ss__table_entry(const struct ss_table *tb, uint8_t *logs, int p, uint64_t pos)
+{
+	size_t i = (size_t)p * tb->opts.log_entries +
+		   (size_t)(pos % tb->opts.log_entries);
+
+	return (struct ss__table_entry *)(logs + i * tb->entry_bytes);
+}
+
+/* One gradient step of the row at @slot of our shard (Hogwild). */
+void ss__table_apply(struct ss_table *tb, uint32_t slot, const float *g);
+
+/* The proxy thread's parts (proxy.c, lookup.c, push.c, apply.c). */
+void *ss__table_proxy(void *arg);
+bool ss__table_post_lookups(struct ss_table *tb);
+void ss__table_lookup_done(struct ss_table *tb, const struct ss_completion *c);
+bool ss__table_post_pushes(struct ss_table *tb);
+void ss__table_push_done(struct ss_table *tb, const struct ss_completion *c);
+void ss__table_head_done(struct ss_table *tb, const struct ss_completion *c);
+bool ss__table_apply_logs(struct ss_table *tb);
+void ss__table_log_arrived(struct ss_table *tb, const struct ss_completion *c);
+/* Whether everything pushed so far has been applied or dropped. */
+bool ss__table_pushes_settled(struct ss_table *tb);
+
+#endif /* SS_TABLE_INTERNAL_H */

@@ -1,0 +1,389 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The sharded tables, between ranks as processes over shm (and over verbs
+ * in the soft-RoCE guest): what one rank pushes to another's rows is read
+ * back exactly as a local update makes it; the rows region refuses
+ * WRITEs; a stopped applier makes senders wait on credits, then drop, and
+ * nothing is corrupted.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ranks.h"
+#include "table/table_internal.h"
+
+#define WIDTH 8
+#define ROWS 500
+
+/* What the ranks of a test share: a phase each may wait for. */
+struct shared {
+	_Atomic int phase;
+};
+
+static struct shared *shared_map(void)
+{
+	struct shared *s =
+		mmap(NULL, sizeof(struct shared), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(s, MAP_FAILED);
+	atomic_store(&s->phase, 0);
+	return s;
+}
+
+/* Wait for the other rank to reach @phase, at most 30 s. */
+static bool wait_phase(struct shared *s, int phase)
+{
+	uint64_t deadline = ss_deadline_ns(30000);
+
+	while (atomic_load(&s->phase) < phase)
+		if (ss_deadline_passed(deadline))
+			return false;
+		else
+			ss_sleep_ns(1000000);
+	return true;
+}
+
+struct job {
+	struct ss_table_options opts;
+	int world, port_base;
+	uint64_t key;
+	struct shared *sh;
+	int (*body)(struct ss_table *t, int rank, struct job *job);
+};
+
+static int table_open(struct job *job, int rank, struct ss_table **t)
+{
+	char buf[RANKS_MAX][64];
+	const char *addrs[RANKS_MAX];
+	struct ss_fabric_options fo;
+
+	ranks_addrs(job->world, job->port_base, buf, addrs);
+	ss_fabric_options_init(&fo);
+	fo.transport = ranks_transport();
+	fo.rank = rank;
+	fo.world = job->world;
+	fo.addrs = addrs;
+	fo.job_key = job->key;
+	fo.timeout_ms = 20000;
+	return ss_table_open(t, &job->opts, &fo);
+}
+
+static int rank_main(int rank, void *arg)
+{
+	struct job *job = arg;
+	struct ss_table *t = NULL;
+	int rc;
+
+	rank_fail_if(rank, table_open(job, rank, &t), "table open");
+	rc = job->body(t, rank, job);
+	ss_table_close(&t);
+	return rc;
+}
+
+static void run(struct job *job)
+{
+	job->port_base = ranks_port_base();
+	job->key = ranks_job_key();
+	job->sh = shared_map();
+	cr_assert_eq(ranks_run(job->world, rank_main, job, 120, NULL), 0,
+		     "a rank failed (its output says why)");
+}
+
+/* The gradient of row @id in push @k: any values, known to both sides. */
+static void gradient(uint64_t id, int k, float *g)
+{
+	for (int i = 0; i < WIDTH; i++)
+		g[i] = (float)(((id * 7 + (uint64_t)i * 3 + (uint64_t)k) % 11) -
+			       5) *
+		       0.01f;
+}
+
+/* What @pushes of gradient() do to row @id, applied on one node. */
+static void expected(const struct ss_table_options *o, uint64_t id, int pushes,
+		     float *row)
+{
+	float acc[WIDTH] = { 0 }, g[WIDTH];
+
+	ss_table_init_row(o->seed, (int)(id / o->rows),
+			  (uint32_t)(id % o->rows), WIDTH,
+			  (float)sqrt(1.0 / o->rows), row);
+	for (int k = 0; k < pushes; k++) {
+		gradient(id, k, g);
+		for (int i = 0; i < WIDTH; i++) {
+			if (o->update == SS_TABLE_SGD) {
+				row[i] -= o->lr * g[i];
+				continue;
+			}
+			acc[i] += g[i] * g[i];
+			row[i] -= o->lr * g[i] / (sqrtf(acc[i]) + o->eps);
+		}
+	}
+}
+
+/* Look up @n ids, compare each row with @pushes updates of it. */
+static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
+		      int pushes)
+{
+	const float *rows[64];
+	float want[WIDTH];
+
+	rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, n), "lookup");
+	rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
+	for (int i = 0; i < n; i++) {
+		expected(&t->opts, ids[i], pushes, want);
+		for (int j = 0; j < WIDTH; j++)
+			rank_fail_if(rank, rows[i][j] != want[j],
+				     "row %llu [%d]: %g, want %g after %d "
+				     "pushes (owner %d)",
+				     (unsigned long long)ids[i], j, rows[i][j],
+				     want[j], pushes,
+				     ss_table_owner(t, (int)(ids[i] / ROWS),
+						    (uint32_t)(ids[i] % ROWS)));
+	}
+	return 0;
+}
+
+/* Rank 0 pushes, rank 1 serves; both end together. */
+static int body_push(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[40];
+	float g[40 * WIDTH];
+	int remote = 0;
+
+	if (rank != 0) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1),
+			     "rank 0 never done");
+		return 0;
+	}
+	for (int i = 0; i < 40; i++) {
+		ids[i] = (uint64_t)i * 37 % (2 * ROWS); /* two tables */
+		remote += ss_table_owner(t, (int)(ids[i] / ROWS),
+					 (uint32_t)(ids[i] % ROWS)) != 0;
+	}
+	rank_fail_if(rank, remote < 10 || remote > 30,
+		     "%d of 40 rows on rank 1: owners not spread", remote);
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 0), "at the start");
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 40; i++)
+			gradient(ids[i], k, g + i * WIDTH);
+		rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
+		rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	}
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 3), "after 3 pushes");
+	struct ss_table_stats st;
+
+	ss_table_stats(t, &st);
+	rank_fail_if(rank, st.pushed != 3u * (unsigned)remote,
+		     "pushed %llu, want %d", (unsigned long long)st.pushed,
+		     3 * remote);
+	rank_fail_if(rank, st.dropped, "%llu dropped",
+		     (unsigned long long)st.dropped);
+	atomic_store(&job->sh->phase, 1);
+	return 0;
+}
+
+static void push_test(enum ss_table_update update)
+{
+	struct job job = { .world = 2, .body = body_push };
+
+	ss_table_options_init(&job.opts);
+	job.opts.tables = 2;
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.update = update;
+	job.opts.max_rows = 64;
+	run(&job);
+}
+
+Test(table, a_pushed_row_reads_back_as_a_local_sgd_step_makes_it,
+     .timeout = 150)
+{
+	push_test(SS_TABLE_SGD);
+}
+
+Test(table, a_pushed_row_reads_back_as_a_local_adagrad_step_makes_it,
+     .timeout = 150)
+{
+	push_test(SS_TABLE_ADAGRAD);
+}
+
+/* Rank 0 pauses its applier; rank 1 pushes more than the log holds. */
+static int body_credits(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[40], first[16], rest[24];
+	float g[40 * WIDTH];
+	struct ss_table_stats st;
+	int n = 0;
+
+	if (rank == 0) {
+		ss_table_pause_applier(t, true);
+		atomic_store(&job->sh->phase, 1);
+		rank_fail_if(rank, !wait_phase(job->sh, 2), "no pushes");
+		ss_table_pause_applier(t, false);
+		atomic_store(&job->sh->phase, 3);
+		rank_fail_if(rank, !wait_phase(job->sh, 4), "rank 1 not done");
+		return 0;
+	}
+	/* 40 rows that rank 0 owns, in a log of 16 */
+	for (uint64_t id = 0; n < 40; id++)
+		if (ss_table_owner(t, 0, (uint32_t)id) == 0)
+			ids[n++] = id;
+	rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not paused");
+	for (int i = 0; i < 40; i++)
+		gradient(ids[i], 0, g + i * WIDTH);
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
+	/* the log fills, the rest waits for credits, then is dropped */
+	rank_fail_if(rank, ss_table_flush(t, 5000) == 0,
+		     "flushed with the applier stopped");
+	ss_table_stats(t, &st);
+	rank_fail_if(rank, st.credit_waits < 1, "never waited for credits");
+	rank_fail_if(rank, st.pushed != 16 || st.dropped != 24,
+		     "pushed %llu and dropped %llu, want 16 and 24",
+		     (unsigned long long)st.pushed,
+		     (unsigned long long)st.dropped);
+	atomic_store(&job->sh->phase, 2);
+	rank_fail_if(rank, !wait_phase(job->sh, 3), "applier not restarted");
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush once restarted");
+	/* the 16 that went were applied once, the 24 dropped not at all */
+	memcpy(first, ids, sizeof(first));
+	memcpy(rest, ids + 16, sizeof(rest));
+	rank_fail_if(rank, check_rows(t, rank, first, 16, 1), "sent rows");
+	rank_fail_if(rank, check_rows(t, rank, rest, 24, 0), "dropped rows");
+	/* and the log takes pushes again */
+	rank_fail_if(rank, ss_table_push(t, 0, ids + 16, g + 16 * WIDTH, 24),
+		     "push again");
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush again");
+	rank_fail_if(rank, check_rows(t, rank, rest, 24, 1), "pushed again");
+	atomic_store(&job->sh->phase, 4);
+	return 0;
+}
+
+Test(table, a_stopped_applier_makes_senders_wait_then_drop, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_credits };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.max_rows = 64;
+	job.opts.log_entries = 16;
+	job.opts.timeout_ms = 1000;
+	run(&job);
+}
+
+/*
+ * The proxy stopped, so that this test takes the endpoint's completions:
+ * a WRITE into a peer's rows and a READ of its log are refused.
+ */
+static int body_rights(struct ss_table *t, int rank, struct job *job)
+{
+	struct ss_fabric *f = ss_table_fabric(t);
+	struct ss_completion c;
+	int n, status[2];
+
+	atomic_store(&t->stop, true);
+	pthread_join(t->proxy, NULL);
+	t->proxy_started = false;
+	if (rank == 1) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not done");
+		return 0;
+	}
+	rank_fail_if(
+		rank,
+		ss_fabric_write(f, 1, t->r_local, 0, SS_TABLE_R_ROWS, 0, 64, 1),
+		"post the WRITE");
+	rank_fail_if(
+		rank,
+		ss_fabric_read(f, 1, t->r_local, 0, SS_TABLE_R_LOG, 0, 64, 2),
+		"post the READ");
+	for (int i = 0; i < 2; i++) {
+		n = ss_fabric_poll(f, &c, 1, 10000);
+		rank_fail_if(rank, n != 1, "no completion");
+		status[c.wr_id - 1] = c.status;
+	}
+	rank_fail_if(rank, status[0] == 0, "a WRITE into the rows went in");
+	rank_fail_if(rank, status[1] == 0, "a READ of the log went through");
+	atomic_store(&job->sh->phase, 1);
+	return 0;
+}
+
+Test(table, the_rows_take_no_write_and_the_logs_no_read, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_rights };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	run(&job);
+}
+
+/* One rank: every row is its own, no peer, nothing sent. */
+static int body_alone(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[20];
+	float g[20 * WIDTH];
+	struct ss_table_stats st;
+
+	(void)job;
+	for (int i = 0; i < 20; i++) {
+		ids[i] = (uint64_t)i * 13;
+		gradient(ids[i], 0, g + i * WIDTH);
+	}
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 20), "push");
+	rank_fail_if(rank, check_rows(t, rank, ids, 20, 1), "rows");
+	ss_table_stats(t, &st);
+	rank_fail_if(rank,
+		     st.pushed || st.pushed_local != 20 || st.rows_fetched ||
+			     st.rows_local != 20,
+		     "pushed %llu, local %llu, fetched %llu",
+		     (unsigned long long)st.pushed,
+		     (unsigned long long)st.pushed_local,
+		     (unsigned long long)st.rows_fetched);
+	return 0;
+}
+
+Test(table, one_rank_holds_every_row, .timeout = 60)
+{
+	struct job job = { .world = 1, .body = body_alone };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.update = SS_TABLE_ADAGRAD;
+	run(&job);
+}
+
+Test(table, bad_options_are_refused)
+{
+	struct ss_table_options o;
+	struct ss_fabric_options fo;
+	struct ss_table *t = (struct ss_table *)&o;
+	const char *addrs[1] = { "localhost:1" };
+
+	ss_fabric_options_init(&fo);
+	fo.world = 1;
+	fo.addrs = addrs;
+	ss_table_options_init(&o);
+	o.width = 0;
+	cr_assert_eq(ss_table_open(&t, &o, &fo), SS_EUSAGE);
+	cr_assert_null(t);
+	cr_assert(strstr(ss_last_error()->why, "width"), "%s",
+		  ss_last_error()->why);
+}
+
+Test(table, table_addresses_follow_the_sync_ones)
+{
+	const char *sync[2] = { "node1:7000", "10.0.0.2:7001" }, *addrs[2];
+	char buf[2][64];
+
+	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), 0);
+	cr_assert_str_eq(addrs[0], "node1:7002");
+	cr_assert_str_eq(addrs[1], "10.0.0.2:7003");
+	sync[1] = "node2";
+	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "node2"));
+}
