@@ -343,7 +343,9 @@ Test(cmd_launch, bmuf_trains_as_well_as_ma_in_as_many_rounds)
 		ne_ma, ne_bmuf);
 	cr_assert_eq(cmd_json_number(ma, "rounds"),
 		     cmd_json_number(bmuf, "rounds"), "%s\n%s", ma, bmuf);
-	cr_assert_leq(ne_bmuf, ne_ma, "S-BMUF NE %f, S-MA %f", ne_bmuf, ne_ma);
+	/* no worse: within 0.1 % (the defect above was 3 %) */
+	cr_assert_leq(ne_bmuf, ne_ma * 1.001, "S-BMUF NE %f, S-MA %f", ne_bmuf,
+		      ne_ma);
 	for (at = strstr(bmuf, "{\"rank\":"); at;
 	     at = strstr(at + 1, "{\"rank\":"), ranks++) {
 		double cal = cmd_json_number(at, "test_calibration");

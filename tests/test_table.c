@@ -387,3 +387,122 @@ Test(table, table_addresses_follow_the_sync_ones)
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->what, "node2"));
 }
+
+/* ---- training on sharded tables ---------------------------------------- */
+
+#include <unistd.h>
+
+#include "models.h"
+
+struct train_job {
+	struct job job;
+	char data[64];
+	struct ss_model_config model;
+	struct ss_train_options train;
+	float *want; /* shared: the model trained with local tables */
+};
+
+/* Rank 0 trains on tables it shares with rank 1, which trains nothing. */
+static int body_train(struct ss_table *t, int rank, struct job *job)
+{
+	struct train_job *tj = (struct train_job *)job;
+	const struct ss_model_config *m = &tj->model;
+	size_t dense = ss_model_dense_len(m), D = (size_t)m->emb_dim;
+	struct ss_train_options o = tj->train;
+	struct ss_train_result res;
+	float *params = malloc(ss_model_len(m) * sizeof(float));
+	uint64_t ids[64];
+	const float *rows[64];
+	int bad = 0;
+
+	rank_fail_if(rank, !params, "params");
+	if (rank == 1) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not done");
+		free(params);
+		return 0;
+	}
+	ss_model_init(m, params, t->opts.seed); /* the MLPs */
+	o.table = t;
+	o.prefetch = 0;
+	rank_fail_if(rank, ss_train(m, params, &o, &res), "train");
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	for (size_t i = 0; i < dense; i++)
+		bad += fabsf(params[i] - tj->want[i]) > 1e-4f;
+	rank_fail_if(rank, bad, "%d of %zu MLP weights differ", bad, dense);
+	for (uint64_t id = 0; id < (uint64_t)SS_SPARSE * m->hash_size;
+	     id += 64) {
+		const float *want = tj->want + dense + id * D;
+
+		for (int i = 0; i < 64; i++)
+			ids[i] = id + (uint64_t)i;
+		rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, 64), "lookup");
+		rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
+		for (int i = 0; i < 64; i++)
+			for (size_t j = 0; j < D; j++)
+				bad += fabsf(rows[i][j] - want[i * D + j]) >
+				       1e-4f;
+	}
+	rank_fail_if(rank, bad, "%d table values differ", bad);
+	atomic_store(&job->sh->phase, 1);
+	free(params);
+	return 0;
+}
+
+static void train_test(enum ss_optimizer opt)
+{
+	struct train_job tj = { .job = { .world = 2, .body = body_train } };
+	struct ss_gen_options g;
+	struct ss_metrics teacher;
+	struct ss_train_result res;
+	size_t len;
+	int fd;
+	FILE *f;
+
+	strcpy(tj.data, "/tmp/ss-table-XXXXXX");
+	fd = mkstemp(tj.data);
+	cr_assert_geq(fd, 0);
+	f = fdopen(fd, "w");
+	ss_gen_options_init(&g);
+	g.examples = 1500;
+	g.cardinality = 200;
+	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
+	fclose(f);
+	small_model(&tj.model, 8, 64);
+	ss_train_options_init(&tj.train);
+	tj.train.data = tj.data;
+	tj.train.batch = 32;
+	tj.train.optimizer = opt;
+	tj.train.lr = ss_optimizer_default_lr(opt);
+	len = ss_model_len(&tj.model);
+	tj.want = mmap(NULL, len * sizeof(float), PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(tj.want, MAP_FAILED);
+	ss_model_init(&tj.model, tj.want, 3);
+	cr_assert_eq(ss_train(&tj.model, tj.want, &tj.train, &res), 0, "%s",
+		     ss_last_error()->why);
+
+	ss_table_options_init(&tj.job.opts);
+	tj.job.opts.tables = SS_SPARSE;
+	tj.job.opts.rows = tj.model.hash_size;
+	tj.job.opts.width = tj.model.emb_dim;
+	tj.job.opts.update =
+		opt == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
+	tj.job.opts.lr = tj.train.lr;
+	tj.job.opts.eps = tj.train.adagrad_eps;
+	tj.job.opts.seed = 3;
+	tj.job.opts.max_rows = tj.train.batch * SS_SPARSE;
+	tj.job.opts.depth = 1;
+	run(&tj.job);
+	unlink(tj.data);
+}
+
+Test(table, sgd_on_sharded_tables_trains_the_single_node_model, .timeout = 150)
+{
+	train_test(SS_OPT_SGD);
+}
+
+Test(table, adagrad_on_sharded_tables_trains_the_single_node_model,
+     .timeout = 150)
+{
+	train_test(SS_OPT_ADAGRAD);
+}

@@ -266,7 +266,8 @@ Test(model, adagrad_step_matches_its_closed_form)
 				   want, g);
 		moved += ada[i] != params[i];
 	}
-	cr_assert_gt(moved, (int)len / 2, "only %d of %zu moved", moved, len);
+	/* not all: units off for all 4 examples leave their weights still */
+	cr_assert_gt(moved, (int)len / 3, "only %d of %zu moved", moved, len);
 	ss_model_work_destroy(&w);
 	free(params);
 	free(sgd);

@@ -248,9 +248,34 @@ double ss_model_step(const struct ss_model_config *config, float *params,
 		     const struct ss_example *examples, int n,
 		     const struct ss_optim *opt);
 
+/*
+ * Tables served elsewhere (sharded over the ranks, table.h): the caller
+ * fetches the rows a batch uses and sends their gradients to where they
+ * live.  ss_model_batch_rows() gives the batch's n x 26 row ids (table j,
+ * row r: j * hash_size + r), in the order ss_model_step_rows() takes
+ * @rows, one pointer each.  It steps the MLPs in @params (only
+ * ss_model_dense_len() floats are touched) and writes the summed gradient
+ * of each distinct row into @grad_ids and @grads (up to n x 26 of them, x
+ * emb_dim floats), their number into *@n_grads.
+ */
+void ss_model_batch_rows(const struct ss_model_config *config,
+			 const struct ss_example *examples, int n,
+			 uint64_t *ids);
+double ss_model_step_rows(const struct ss_model_config *config, float *params,
+			  struct ss_model_work *work,
+			  const struct ss_example *examples, int n,
+			  const struct ss_optim *opt, const float *const *rows,
+			  uint64_t *grad_ids, float *grads, int *n_grads);
+/* ss_model_predict_rows() - as ss_model_predict(), on at most a batch. */
+void ss_model_predict_rows(const struct ss_model_config *config,
+			   const float *params, struct ss_model_work *work,
+			   const struct ss_example *examples, int n,
+			   const float *const *rows, float *p);
+
 struct ss_topo;
 struct ss_plan;
 struct ss_sync;
+struct ss_table;
 
 /* Running totals of a rank's training, for progress lines. */
 struct ss_train_progress {
@@ -267,6 +292,8 @@ struct ss_train_progress {
  */
 void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 			    double *loss, double *ne);
+
+#define SS_TRAIN_MAX_PREFETCH 8
 
 /* How to train one rank. */
 struct ss_train_options {
@@ -300,6 +327,19 @@ struct ss_train_options {
 	 */
 	int (*next_range)(void *ctx, uint64_t *begin, uint64_t *end);
 	void *range_ctx;
+	/*
+	 * Sharded tables (train --tables sharded): when set, the rows come
+	 * from here (trainer i is its client i, rows of batch * 26 a
+	 * lookup), @params holds only the MLPs (ss_model_dense_len()
+	 * floats, and so do Adagrad's accumulators), and each trainer
+	 * posts the lookups of its next @prefetch batches before it
+	 * computes this one: rows are then up to @prefetch steps stale.
+	 * With @prefetch 0 each step waits until its gradients are applied
+	 * (ss_table_flush) before the next rows are read: the steps of one
+	 * trainer are then those of local tables, to rounding; slow.
+	 */
+	struct ss_table *table;
+	int prefetch;
 };
 
 struct ss_train_result {

@@ -32,6 +32,7 @@
 #include "base/hogwild.h"
 #include "base/mix.h"
 #include "base/wide.h"
+#include "shadowsync/table.h"
 #include "shadowsync/train.h"
 
 #define SS_VECS (1 + SS_SPARSE) /* bottom output and the embeddings */
@@ -169,11 +170,18 @@ static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
 	return d;
 }
 
+/* Row @row of table @j; @tables is where the tables start in the replica. */
+static float *ss_emb_row(const struct ss_model_config *c, float *tables, int j,
+			 uint32_t row)
+{
+	return tables + ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
+}
+
 void ss_model_init(const struct ss_model_config *c, float *params,
 		   uint64_t seed)
 {
 	uint64_t s = ss__mix64(seed ^ 0x5eed);
-	size_t dense = ss_model_dense_len(c), n = ss_model_len(c);
+	size_t dense = ss_model_dense_len(c);
 	float bound = (float)sqrt(1.0 / c->hash_size);
 
 	for (int l = 0; l < ss_layers(c); l++) {
@@ -186,13 +194,11 @@ void ss_model_init(const struct ss_model_config *c, float *params,
 		for (int i = 0; i < d.out; i++)
 			d.b[i] = sb * (float)ss__gauss(&s);
 	}
-	for (size_t i = dense; i < n; i++) {
-		s = ss__mix64(s);
-		params[i] =
-			bound *
-			(float)(2.0 * ((double)(s >> 11) / 9007199254740992.0) -
-				1.0);
-	}
+	/* row by row, as the sharded tables start theirs (table.h) */
+	for (int j = 0; j < SS_SPARSE; j++)
+		for (uint32_t r = 0; r < c->hash_size; r++)
+			ss_table_init_row(seed, j, r, c->emb_dim, bound,
+					  ss_emb_row(c, params + dense, j, r));
 }
 
 /*
@@ -212,6 +218,8 @@ struct ss_model_work {
 	 * example indices (-1: empty), and the first use of each row */
 	int32_t *slots, *firsts;
 	size_t slot_mask;
+	/* rows served by the caller (sharded tables): batch x 26 pointers */
+	const float *const *ext;
 };
 
 int ss_model_work_create(struct ss_model_work **out,
@@ -304,13 +312,6 @@ void ss_model_work_destroy(struct ss_model_work **work)
 static uint32_t ss_row(const struct ss_model_config *c, int j, uint32_t v)
 {
 	return (uint32_t)(ss__mix64(((uint64_t)j << 32) | v) % c->hash_size);
-}
-
-/* Row @row of table @j; @tables is where the tables start in the replica. */
-static float *ss_table_row(const struct ss_model_config *c, float *tables,
-			   int j, uint32_t row)
-{
-	return tables + ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
 }
 
 /* Where layer @l writes its output. */
@@ -564,7 +565,9 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 			uint32_t row = ss_row(c, j, ex[r].sparse[j]);
 
 			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
-			__builtin_prefetch(ss_table_row(c, tables, j, row));
+			if (!w->ext)
+				__builtin_prefetch(
+					ss_emb_row(c, tables, j, row));
 		}
 	/* Interaction: z, then the dot product of every pair of vectors. */
 	for (int r = 0; r < n; r++) {
@@ -574,10 +577,12 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 			uint32_t row =
 				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
 
-			ss_row_read(
-				w->emb + ((size_t)r * SS_SPARSE + (size_t)j) *
-						 (size_t)D,
-				ss_table_row(c, tables, j, row), D);
+			size_t at = (size_t)r * SS_SPARSE + (size_t)j;
+
+			ss_row_read(w->emb + at * (size_t)D,
+				    w->ext ? w->ext[at] :
+					     ss_emb_row(c, tables, j, row),
+				    D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
 		ss_interact_forward(vec, t, D);
@@ -595,6 +600,7 @@ void ss_model_predict(const struct ss_model_config *c, const float *params,
 		      struct ss_model_work *w, const struct ss_example *ex,
 		      int n, float *p)
 {
+	w->ext = NULL;
 	for (int done = 0; done < n; done += w->batch) {
 		int k = n - done < w->batch ? n - done : w->batch;
 
@@ -624,38 +630,15 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 }
 
 /*
- * Update the rows of table @j the batch used.  For Adagrad the gradients
- * of a row used by several examples are summed into its first use, then
- * applied once: one step of the row's summed gradient, as for any other
- * parameter.
+ * Group the uses of table @j's rows by row, in example order: the first
+ * use of a row takes the later ones' gradients (found through a small
+ * hash table of rows, linear probing), and is listed in firsts[].
+ * Returns the number of distinct rows.
  */
-static void ss_table_step(const struct ss_model_config *c, float *params,
-			  struct ss_model_work *w, int j, int n,
-			  const struct ss_optim *o)
+static int ss_group_rows(struct ss_model_work *w, int j, int n, size_t D)
 {
-	float *tables = params + ss_model_dense_len(c);
-	size_t D = (size_t)c->emb_dim;
 	int uses = 0;
 
-	if (o->kind == SS_OPT_SGD) {
-		/* SGD is linear: one step per use adds up to the same. */
-		for (int r = 0; r < n; r++) {
-			uint32_t row =
-				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
-
-			ss_update(ss_table_row(c, tables, j, row), NULL,
-				  w->demb +
-					  ((size_t)r * SS_SPARSE + (size_t)j) *
-						  D,
-				  D, o);
-		}
-		return;
-	}
-	/*
-	 * Group the uses by row, in example order: the first use of a row
-	 * takes the later ones' gradients (found through a small hash table
-	 * of rows, linear probing), then each row takes one step.
-	 */
 	memset(w->slots, 0xff, (w->slot_mask + 1) * sizeof(int32_t));
 	for (int r = 0; r < n; r++) {
 		uint32_t row = w->rows[(size_t)r * SS_SPARSE + (size_t)j];
@@ -680,12 +663,77 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 			break;
 		}
 	}
+	return uses;
+}
+
+/*
+ * Update the rows of table @j the batch used.  For Adagrad the gradients
+ * of a row used by several examples are summed, then applied once: one
+ * step of the row's summed gradient, as for any other parameter.
+ */
+static void ss_table_step(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, int j, int n,
+			  const struct ss_optim *o)
+{
+	float *tables = params + ss_model_dense_len(c);
+	size_t D = (size_t)c->emb_dim;
+	int uses;
+
+	if (o->kind == SS_OPT_SGD) {
+		/* SGD is linear: one step per use adds up to the same. */
+		for (int r = 0; r < n; r++) {
+			uint32_t row =
+				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
+
+			ss_update(ss_emb_row(c, tables, j, row), NULL,
+				  w->demb +
+					  ((size_t)r * SS_SPARSE + (size_t)j) *
+						  D,
+				  D, o);
+		}
+		return;
+	}
+	uses = ss_group_rows(w, j, n, D);
 	for (int u = 0; u < uses; u++) {
 		size_t at = (size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
-		float *p = ss_table_row(c, tables, j, w->rows[at]);
+		float *p = ss_emb_row(c, tables, j, w->rows[at]);
 
 		ss_update(p, ss_acc(o, params, p), w->demb + at * D, D, o);
 	}
+}
+
+/* The summed gradient of each row the batch used, for their owners. */
+static int ss_table_grads(const struct ss_model_config *c,
+			  struct ss_model_work *w, int n, uint64_t *ids,
+			  float *grads)
+{
+	size_t D = (size_t)c->emb_dim;
+	int out = 0;
+
+	for (int j = 0; j < SS_SPARSE; j++) {
+		int uses = ss_group_rows(w, j, n, D);
+
+		for (int u = 0; u < uses; u++) {
+			size_t at =
+				(size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
+
+			ids[out] = (uint64_t)j * c->hash_size + w->rows[at];
+			memcpy(grads + (size_t)out * D, w->demb + at * D,
+			       D * sizeof(float));
+			out++;
+		}
+	}
+	return out;
+}
+
+void ss_model_batch_rows(const struct ss_model_config *c,
+			 const struct ss_example *ex, int n, uint64_t *ids)
+{
+	for (int r = 0; r < n; r++)
+		for (int j = 0; j < SS_SPARSE; j++)
+			ids[(size_t)r * SS_SPARSE + (size_t)j] =
+				(uint64_t)j * c->hash_size +
+				ss_row(c, j, ex[r].sparse[j]);
 }
 
 double ss_model_sgd_step(const struct ss_model_config *c, float *params,
@@ -697,9 +745,10 @@ double ss_model_sgd_step(const struct ss_model_config *c, float *params,
 	return ss_model_step(c, params, w, ex, n, &o);
 }
 
-double ss_model_step(const struct ss_model_config *c, float *params,
-		     struct ss_model_work *w, const struct ss_example *ex,
-		     int n, const struct ss_optim *o)
+static double ss_step(const struct ss_model_config *c, float *params,
+		      struct ss_model_work *w, const struct ss_example *ex,
+		      int n, const struct ss_optim *o, uint64_t *grad_ids,
+		      float *grads, int *n_grads)
 {
 	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
@@ -743,8 +792,43 @@ double ss_model_step(const struct ss_model_config *c, float *params,
 		dy = dx;
 		dx = swap;
 	}
-	/* Only the rows the batch used. */
-	for (int j = 0; j < SS_SPARSE; j++)
-		ss_table_step(c, params, w, j, n, o);
+	/* Only the rows the batch used: here, or their gradients out. */
+	if (w->ext)
+		*n_grads = ss_table_grads(c, w, n, grad_ids, grads);
+	else
+		for (int j = 0; j < SS_SPARSE; j++)
+			ss_table_step(c, params, w, j, n, o);
 	return loss / n;
+}
+
+double ss_model_step(const struct ss_model_config *c, float *params,
+		     struct ss_model_work *w, const struct ss_example *ex,
+		     int n, const struct ss_optim *o)
+{
+	w->ext = NULL;
+	return ss_step(c, params, w, ex, n, o, NULL, NULL, NULL);
+}
+
+double ss_model_step_rows(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, const struct ss_example *ex,
+			  int n, const struct ss_optim *o,
+			  const float *const *rows, uint64_t *grad_ids,
+			  float *grads, int *n_grads)
+{
+	double loss;
+
+	w->ext = rows;
+	loss = ss_step(c, params, w, ex, n, o, grad_ids, grads, n_grads);
+	w->ext = NULL;
+	return loss;
+}
+
+void ss_model_predict_rows(const struct ss_model_config *c, const float *params,
+			   struct ss_model_work *w, const struct ss_example *ex,
+			   int n, const float *const *rows, float *p)
+{
+	w->ext = rows;
+	ss_forward(c, (float *)params, w, ex, n);
+	memcpy(p, w->p, (size_t)n * sizeof(float));
+	w->ext = NULL;
 }

@@ -87,6 +87,138 @@ static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
 	return rc < 0 ? rc : 1;
 }
 
+/* A batch trained: totals, progress, the sync gap, foreground rounds. */
+static int ss_trainer_account(struct ss_trainer *t,
+			      const struct ss_example *batch, int got,
+			      double loss, uint64_t *steps)
+{
+	const struct ss_train_options *o = t->opts;
+
+	t->loss_sum += loss;
+	t->examples += (uint64_t)got;
+	if (o->progress)
+		ss_progress_add(o->progress, batch, got, loss);
+	++*steps;
+	if (o->sync)
+		ss_sync_add_iterations(o->sync, 1);
+	if (o->sync && o->sync_every > 0 &&
+	    *steps % (uint64_t)o->sync_every == 0)
+		return ss_sync_foreground(o->sync);
+	return 0;
+}
+
+/*
+ * The next batch of the trainer's data into @batch: up to a batch from
+ * the current range, then the next range.  Returns the examples read
+ * (0 once every range is done) or an error.
+ */
+static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
+			   int *epoch, struct ss_example *batch)
+{
+	for (;;) {
+		int got = 0, more = 1, rc;
+
+		if (!*reader)
+			return 0; /* the last range is done */
+		while (got < t->opts->batch &&
+		       (more = ss_reader_next(*reader, &batch[got])) == 1)
+			got++;
+		if (more < 0)
+			return more;
+		if (more == 0) {
+			rc = ss_trainer_next(t, reader, epoch);
+			if (rc < 0)
+				return rc;
+		}
+		if (got > 0)
+			return got;
+	}
+}
+
+/*
+ * With sharded tables: the lookups of the next @prefetch batches are in
+ * flight while this one computes, in slots batch % depth of the table
+ * client that this trainer is.
+ */
+static int ss_trainer_run_sharded(struct ss_trainer *t,
+				  struct ss_model_work *work,
+				  struct ss_reader **reader, int *epoch)
+{
+	const struct ss_train_options *o = t->opts;
+	int depth = 1 + o->prefetch, rc = 0, got[SS_TRAIN_MAX_PREFETCH + 1];
+	size_t per = (size_t)o->batch * SS_SPARSE,
+	       D = (size_t)t->config->emb_dim;
+	struct ss_example *batch =
+		malloc((size_t)depth * (size_t)o->batch * sizeof(*batch));
+	uint64_t *ids = malloc((size_t)depth * per * sizeof(uint64_t)),
+		 *gids = malloc(per * sizeof(uint64_t)), posted = 0, done = 0,
+		 steps = 0;
+	const float **rows = malloc(per * sizeof(*rows));
+	float *grads = malloc(per * D * sizeof(float));
+	bool finished = false;
+
+	if (!batch || !ids || !gids || !rows || !grads) {
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "trainer %d", t->index);
+		goto out;
+	}
+	for (;;) {
+		while (!finished && posted - done < (uint64_t)depth) {
+			int k = (int)(posted % (uint64_t)depth), n;
+
+			n = ss_trainer_read(t, reader, epoch,
+					    batch + (size_t)k *
+							    (size_t)o->batch);
+			if (n < 0) {
+				rc = n;
+				goto out;
+			}
+			if (n == 0) {
+				finished = true;
+				break;
+			}
+			got[k] = n;
+			ss_model_batch_rows(
+				t->config, batch + (size_t)k * (size_t)o->batch,
+				n, ids + (size_t)k * per);
+			rc = ss_table_lookup(o->table, t->index, k,
+					     ids + (size_t)k * per,
+					     n * SS_SPARSE);
+			if (rc < 0)
+				goto out;
+			posted++;
+		}
+		if (done == posted)
+			break;
+		int k = (int)(done % (uint64_t)depth), ng = 0;
+		const struct ss_example *b =
+			batch + (size_t)k * (size_t)o->batch;
+		double loss;
+
+		rc = ss_table_wait(o->table, t->index, k, rows);
+		if (rc < 0)
+			goto out;
+		loss = ss_model_step_rows(t->config, t->params, work, b, got[k],
+					  &t->optim, rows, gids, grads, &ng) *
+		       got[k];
+		rc = ss_table_push(o->table, t->index, gids, grads, ng);
+		/* no prefetch: the next rows are read with this step in them */
+		if (rc == 0 && o->prefetch == 0)
+			rc = ss_table_flush(o->table, 30000);
+		if (rc == 0)
+			rc = ss_trainer_account(t, b, got[k], loss, &steps);
+		if (rc < 0)
+			goto out;
+		done++;
+	}
+out:
+	free(batch);
+	free(ids);
+	free(gids);
+	free(rows);
+	free(grads);
+	return rc;
+}
+
 static int ss_trainer_run(struct ss_trainer *t)
 {
 	const struct ss_train_options *o = t->opts;
@@ -108,6 +240,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 	rc = ss_model_work_create(&work, t->config, o->batch);
 	if (rc == 0)
 		rc = ss_trainer_next(t, &reader, &epoch);
+	if (rc == 1 && o->table)
+		rc = ss_trainer_run_sharded(t, work, &reader, &epoch);
 	while (rc == 1) {
 		int got = 0, more = 1;
 
@@ -123,16 +257,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 						    batch, got, &t->optim) *
 				      got;
 
-			t->loss_sum += loss;
-			t->examples += (uint64_t)got;
-			if (o->progress)
-				ss_progress_add(o->progress, batch, got, loss);
-			steps++;
-			if (o->sync)
-				ss_sync_add_iterations(o->sync, 1);
-			if (o->sync && o->sync_every > 0 &&
-			    steps % (uint64_t)o->sync_every == 0 &&
-			    (rc = ss_sync_foreground(o->sync)) < 0)
+			if ((rc = ss_trainer_account(t, batch, got, loss,
+						     &steps)) < 0)
 				break;
 			rc = 1;
 		}
@@ -183,7 +309,9 @@ int ss_train(const struct ss_model_config *config, float *params,
 				  .lr = o->lr,
 				  .eps = o->adagrad_eps,
 				  .acc = o->adagrad_acc };
-	size_t acc_bytes = ss_model_len(config) * sizeof(float);
+	size_t acc_bytes =
+		(o->table ? ss_model_dense_len(config) : ss_model_len(config)) *
+		sizeof(float);
 	bool own_acc = false;
 	int rc = 0, started = 0;
 
@@ -192,6 +320,11 @@ int ss_train(const struct ss_model_config *config, float *params,
 		return ss_error_set(SS_EUSAGE, "must be at least 1", NULL,
 				    "%d trainer threads, batch %d, %d epochs",
 				    o->threads, o->batch, o->epochs);
+	if (o->table &&
+	    (o->prefetch < 0 || o->prefetch > SS_TRAIN_MAX_PREFETCH))
+		return ss_error_set(SS_EUSAGE, "out of range", NULL,
+				    "prefetch %d (0 to %d)", o->prefetch,
+				    SS_TRAIN_MAX_PREFETCH);
 	if (stat(o->data, &st) < 0)
 		return ss_error_set(-errno, NULL, "check the --data path",
 				    "data file '%s'", o->data);
