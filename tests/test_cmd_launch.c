@@ -131,7 +131,7 @@ Test(cmd_launch, ranks_that_finish_far_apart_both_save_and_evaluate)
 	}
 }
 
-/* --sync-tables no: the shadow synchronizes the dense MLPs only (6005 of
+/* --tables local: the shadow synchronizes the dense MLPs only (6005 of
  * this model's floats: bottom 292, top 5713), the tables stay each rank's. */
 Test(cmd_launch, dense_only_sync_synchronizes_the_mlps)
 {
@@ -140,11 +140,55 @@ Test(cmd_launch, dense_only_sync_synchronizes_the_mlps)
 	snprintf(
 		cmd, sizeof(cmd),
 		"%s launch -n 2 --port %d --json -- train --data %s/train.txt " MODEL
-		" --threads 1 --progress 0 --sync ma --sync-tables no 2>&1",
+		" --threads 1 --progress 0 --sync ma --tables local 2>&1",
 		SS_COMMAND, port() + 8, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "\"synced_floats\":6005"), "%s", out);
 	cr_assert(strstr(out, "\"failed\":0,"), "%s", out);
+}
+
+/*
+ * --tables sharded: each rank holds about half the rows, the shadow
+ * synchronizes the MLPs only, every gradient one rank sent the other
+ * applied, none dropped, and both end on the same model (the final
+ * exact average of the MLPs, the one copy of the tables), which learned.
+ * The table endpoints listen on port + 2 and + 3.
+ */
+Test(cmd_launch, sharded_tables_are_held_once_and_every_gradient_applied)
+{
+	char cmd[1024], out[16384];
+	const char *r[2];
+	double rows = 26.0 * 2000 * 4 * 4 * 2; /* floats and accumulators */
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch -n 2 --port %d --json -- train --data %s/train.txt "
+		 "--test %s/train.txt " MODEL
+		 " --threads 1 --progress 0 --sync ma --tables sharded 2>&1",
+		 SS_COMMAND, port() + 16, dir, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	r[0] = strstr(out, "{\"rank\":0,");
+	r[1] = strstr(out, "{\"rank\":1,");
+	cr_assert(r[0] && r[1], "%s", out);
+	for (int i = 0; i < 2; i++) {
+		double bytes = cmd_json_number(r[i], "table_bytes");
+
+		cr_assert(strstr(r[i], "\"tables\":\"sharded\""), "%s", r[i]);
+		cr_assert(bytes > 0.45 * rows && bytes < 0.55 * rows,
+			  "%g bytes of %g: %s", bytes, rows, r[i]);
+		cr_assert_eq(cmd_json_number(r[i], "synced_floats"), 6005, "%s",
+			     r[i]);
+		cr_assert_eq(cmd_json_number(r[i], "grads_dropped"), 0, "%s",
+			     r[i]);
+		cr_assert_gt(cmd_json_number(r[i], "grads_pushed"), 0, "%s",
+			     r[i]);
+		cr_assert_eq(cmd_json_number(r[i], "grads_pushed"),
+			     cmd_json_number(r[1 - i], "grads_applied"),
+			     "%s\n%s", r[i], r[1 - i]);
+		cr_assert_lt(cmd_json_number(r[i], "test_ne"), 0.97, "%s",
+			     r[i]);
+	}
+	cr_assert_float_eq(cmd_json_number(r[0], "test_ne"),
+			   cmd_json_number(r[1], "test_ne"), 1e-6, "%s", out);
 }
 
 Test(cmd_launch, output_is_prefixed_by_rank)

@@ -134,7 +134,7 @@ Test(cmd_train, reaches_near_the_teacher_floor, .timeout = 240)
 
 Test(cmd_train, refusals_name_the_option)
 {
-	char cmd[1024], out[4096];
+	char cmd[1024], out[8192];
 
 	snprintf(cmd, sizeof(cmd), "%s train " MODEL " 2>&1", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
@@ -153,6 +153,16 @@ Test(cmd_train, refusals_name_the_option)
 		 SS_COMMAND, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "--rank 3 of 2 peers"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --sync-tables no 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--tables local"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --tables sharded --save x 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--tables replicated"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);

@@ -337,12 +337,12 @@ static int body_alone(struct ss_table *t, int rank, struct job *job)
 	rank_fail_if(rank, check_rows(t, rank, ids, 20, 1), "rows");
 	ss_table_stats(t, &st);
 	rank_fail_if(rank,
-		     st.pushed || st.pushed_local != 20 || st.rows_fetched ||
+		     st.pushed || st.pushed_local != 20 || st.rows_remote ||
 			     st.rows_local != 20,
 		     "pushed %llu, local %llu, fetched %llu",
 		     (unsigned long long)st.pushed,
 		     (unsigned long long)st.pushed_local,
-		     (unsigned long long)st.rows_fetched);
+		     (unsigned long long)st.rows_remote);
 	return 0;
 }
 

@@ -149,6 +149,14 @@ int ss_table_push(struct ss_table *table, int client, const uint64_t *ids,
 int ss_table_flush(struct ss_table *table, unsigned timeout_ms);
 
 /*
+ * ss_table_barrier() - wait until every live peer has called it as often
+ * as we have, at most @timeout_ms: a rank's shard must outlive the
+ * others' last lookups (their evaluation), so ranks close together.
+ * Returns 0, or -ETIMEDOUT naming a peer that did not come.
+ */
+int ss_table_barrier(struct ss_table *table, unsigned timeout_ms);
+
+/*
  * ss_table_pause_applier() - stop (@paused true) or restart applying the
  * gradients that come in: for tests of the flow control, and to read a
  * quiet shard.  Senders then wait on credits, and drop after the timeout.
@@ -157,7 +165,8 @@ void ss_table_pause_applier(struct ss_table *table, bool paused);
 
 struct ss_table_stats {
 	uint64_t lookups; /* ss_table_wait() calls */
-	uint64_t rows_local, rows_fetched; /* rows looked up, by where */
+	uint64_t rows_local, rows_remote; /* rows looked up, by where */
+	uint64_t rows_fetched; /* READs: a row used twice in a lookup, once */
 	uint64_t rows_stale; /* owner failed or READ late */
 	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */
 	uint64_t pushed_local, pushed; /* gradients applied here, sent */

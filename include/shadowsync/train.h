@@ -175,6 +175,10 @@ size_t ss_model_len(const struct ss_model_config *config);
 void ss_model_init(const struct ss_model_config *config, float *params,
 		   uint64_t seed);
 
+/* ss_model_init_dense() - the MLPs only, as ss_model_init() makes them. */
+void ss_model_init_dense(const struct ss_model_config *config, float *params,
+			 uint64_t seed);
+
 struct ss_model_work;
 
 /* ss_model_work_create() - a trainer's scratch for batches up to @batch. */

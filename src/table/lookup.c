@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
  * Lookups: a client fills a slot with row ids and posts it; the proxy READs
- * the remote rows into the slot's staging area, one READ a row, all of a
- * slot posted back to back; the client waits for the slot when it needs
- * the rows, which, posted a batch or more ahead, have come by then.
+ * the distinct remote rows into the slot's staging area, one READ a row,
+ * all of a slot posted back to back; the client waits for the slot when
+ * it needs the rows, which, posted a batch or more ahead, have come by
+ * then.
  */
 #include <errno.h>
 #include <string.h>
@@ -38,6 +39,44 @@ static int ss_wait_done(struct ss_table *tb, struct ss__table_lookup *l)
 	return 0;
 }
 
+/*
+ * Where each row is, and the distinct remote rows to READ: worked out by
+ * the client, in its own thread, so that the proxy only posts.
+ */
+static void ss_plan_lookup(struct ss_table *tb, struct ss__table_lookup *l,
+			   const uint64_t *ids, int n)
+{
+	memset(l->seen, 0xff, (l->seen_mask + 1) * sizeof(*l->seen));
+	l->n = n;
+	l->n_fetch = 0;
+	for (int i = 0; i < n; i++) {
+		int owner;
+		uint32_t slot;
+		size_t h;
+
+		ss__table_place(tb, (int)(ids[i] / tb->opts.rows),
+				(uint32_t)(ids[i] % tb->opts.rows), &owner,
+				&slot);
+		if (owner == tb->rank) {
+			l->where[i] = -1 - (int64_t)slot;
+			continue;
+		}
+		for (h = (size_t)(ids[i] * 0x9e3779b97f4a7c15ull >> 20) &
+			 l->seen_mask;
+		     l->seen[h] >= 0 && l->fetch_id[l->seen[h]] != ids[i];
+		     h = (h + 1) & l->seen_mask)
+			;
+		if (l->seen[h] < 0) {
+			l->seen[h] = l->n_fetch;
+			l->fetch_id[l->n_fetch] = ids[i];
+			l->fetch_owner[l->n_fetch] = owner;
+			l->fetch_slot[l->n_fetch] = slot;
+			l->n_fetch++;
+		}
+		l->where[i] = l->seen[h];
+	}
+}
+
 int ss_table_lookup(struct ss_table *tb, int client, int slot,
 		    const uint64_t *ids, int n)
 {
@@ -59,8 +98,7 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 				    "the fabric fails a silent peer in time",
 				    "table lookup slot %d of client %d", slot,
 				    client);
-	memcpy(l->ids, ids, (size_t)n * sizeof(uint64_t));
-	l->n = n;
+	ss_plan_lookup(tb, l, ids, n);
 	atomic_store_explicit(&l->state, SS__LOOKUP_POSTED,
 			      memory_order_release);
 	return 0;
@@ -81,25 +119,22 @@ int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 		ss__table_count(&tb->st.rows_stale, 1);
 	ss__table_count(&tb->st.lookup_wait_ns, ss_now_ns() - start);
 	for (int i = 0; i < l->n; i++) {
-		int t = (int)(l->ids[i] / tb->opts.rows), owner;
-		uint32_t s;
-
-		ss__table_place(tb, t, (uint32_t)(l->ids[i] % tb->opts.rows),
-				&owner, &s);
-		if (owner == tb->rank) {
-			rows[i] = ss__table_slot_row(tb, s);
+		if (l->where[i] < 0) {
+			rows[i] = ss__table_slot_row(
+				tb, (uint32_t)(-1 - l->where[i]));
 			local++;
 		} else {
-			rows[i] = l->stage + (size_t)i * width;
+			rows[i] = l->stage + (size_t)l->where[i] * width;
 		}
 	}
 	ss__table_count(&tb->st.lookups, 1);
 	ss__table_count(&tb->st.rows_local, local);
-	ss__table_count(&tb->st.rows_fetched, (uint64_t)l->n - local);
+	ss__table_count(&tb->st.rows_remote, (uint64_t)l->n - local);
+	ss__table_count(&tb->st.rows_fetched, (uint64_t)l->n_fetch);
 	return 0;
 }
 
-/* The proxy: READ the remote rows of every slot posted since. */
+/* The proxy: READ the distinct remote rows of every slot posted since. */
 bool ss__table_post_lookups(struct ss_table *tb)
 {
 	size_t row_bytes = (size_t)tb->opts.width * sizeof(float);
@@ -111,6 +146,9 @@ bool ss__table_post_lookups(struct ss_table *tb)
 		for (int s = 0; s < tb->opts.depth; s++) {
 			struct ss__table_lookup *l = &tb->client[c].lookup[s];
 			uint32_t who = (uint32_t)c * 64u + (uint32_t)s;
+			size_t base =
+				stage_off + (size_t)((uint8_t *)l->stage -
+						     (uint8_t *)tb->stage);
 
 			if (atomic_load_explicit(&l->state,
 						 memory_order_acquire) !=
@@ -118,32 +156,25 @@ bool ss__table_post_lookups(struct ss_table *tb)
 				continue;
 			did = true;
 			l->pending = 1; /* until all are posted */
-			for (int i = 0; i < l->n; i++) {
-				int t = (int)(l->ids[i] / tb->opts.rows), owner;
-				uint32_t slot;
-				float *dst = l->stage +
-					     (size_t)i * (size_t)tb->opts.width;
-
-				ss__table_place(
-					tb, t,
-					(uint32_t)(l->ids[i] % tb->opts.rows),
-					&owner, &slot);
-				if (owner == tb->rank)
-					continue;
-				if (ss_fabric_read(
-					    tb->fabric, owner, tb->r_local,
-					    stage_off +
-						    (size_t)((uint8_t *)dst -
-							     (uint8_t *)
-								     tb->stage),
-					    SS_TABLE_R_ROWS,
-					    (size_t)slot * row_bytes, row_bytes,
-					    SS__WR(SS__WR_LOOKUP, who,
-						   (uint32_t)i)) == 0) {
+			for (int k = 0; k < l->n_fetch; k++) {
+				if (ss_fabric_read(tb->fabric,
+						   l->fetch_owner[k],
+						   tb->r_local,
+						   base + (size_t)k * row_bytes,
+						   SS_TABLE_R_ROWS,
+						   (size_t)l->fetch_slot[k] *
+							   row_bytes,
+						   row_bytes,
+						   SS__WR(SS__WR_LOOKUP, who,
+							  (uint32_t)k)) == 0) {
 					l->pending++;
 				} else {
 					/* its owner is gone: a neutral row */
-					memset(dst, 0, row_bytes);
+					memset(l->stage +
+						       (size_t)k *
+							       (size_t)tb->opts
+								       .width,
+					       0, row_bytes);
 					ss__table_count(&tb->st.rows_stale, 1);
 				}
 			}

@@ -39,6 +39,11 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 
 static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 {
+	if (c->op == SS_OP_RECV_IMM && (c->imm & SS__IMM_BARRIER)) {
+		atomic_store(&tb->barrier_seen[c->peer],
+			     c->imm & ~SS__IMM_BARRIER);
+		return;
+	}
 	if (c->op == SS_OP_RECV_IMM) {
 		ss__table_log_arrived(tb, c);
 		return;
@@ -58,6 +63,23 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 	}
 }
 
+/* A barrier asked for: tell every peer, after all we sent before it. */
+static bool ss_post_barrier(struct ss_table *tb)
+{
+	uint32_t want = atomic_load(&tb->barrier_wanted);
+
+	if (want == tb->barrier_sent)
+		return false;
+	for (int p = 0; p < tb->world; p++)
+		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p))
+			ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
+					    SS_TABLE_R_LOG, 0, 0,
+					    SS__IMM_BARRIER | want,
+					    SS__WR(SS__WR_BARRIER, 0, 0));
+	tb->barrier_sent = want;
+	return true;
+}
+
 void *ss__table_proxy(void *arg)
 {
 	struct ss_table *tb = arg;
@@ -71,6 +93,7 @@ void *ss__table_proxy(void *arg)
 
 		if (epoch)
 			ss_peer_epochs(tb, epoch);
+		did |= ss_post_barrier(tb);
 		did |= ss__table_post_lookups(tb);
 		did |= ss__table_post_pushes(tb);
 		n = ss_fabric_poll(tb->fabric, c, 64, 0);
@@ -85,8 +108,8 @@ void *ss__table_proxy(void *arg)
 		 */
 		if (did)
 			idle = 0;
-		else if (++idle > 1000)
-			ss_sleep_ns(20000);
+		else if (++idle > 50)
+			ss_sleep_ns(50000);
 	}
 	free(epoch);
 	return NULL;

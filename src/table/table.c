@@ -252,8 +252,18 @@ static int ss_table_clients(struct ss_table *tb)
 		for (int s = 0; s < o->depth; s++) {
 			struct ss__table_lookup *l = &cl->lookup[s];
 
-			l->ids = malloc((size_t)o->max_rows * sizeof(uint64_t));
-			if (!l->ids)
+			size_t m = (size_t)o->max_rows, seen = 1;
+
+			while (seen < 2 * m)
+				seen <<= 1;
+			l->where = malloc(m * sizeof(*l->where));
+			l->fetch_owner = malloc(m * sizeof(*l->fetch_owner));
+			l->fetch_slot = malloc(m * sizeof(*l->fetch_slot));
+			l->fetch_id = malloc(m * sizeof(*l->fetch_id));
+			l->seen = malloc(seen * sizeof(*l->seen));
+			l->seen_mask = seen - 1;
+			if (!l->where || !l->fetch_owner || !l->fetch_slot ||
+			    !l->fetch_id || !l->seen)
 				return -ENOMEM;
 			l->stage = tb->stage +
 				   ((size_t)c * (size_t)o->depth + (size_t)s) *
@@ -293,7 +303,9 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	tb->consumed = calloc((size_t)fo.world, sizeof(uint64_t));
 	tb->queued = calloc((size_t)fo.world, sizeof(uint64_t));
 	tb->out = calloc((size_t)fo.world, sizeof(*tb->out));
-	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out) {
+	tb->barrier_seen = calloc((size_t)fo.world, sizeof(*tb->barrier_seen));
+	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out ||
+	    !tb->barrier_seen) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -341,8 +353,15 @@ void ss_table_close(struct ss_table **table)
 	for (int c = 0; tb->client && c < tb->opts.clients; c++) {
 		struct ss__table_client *cl = &tb->client[c];
 
-		for (int s = 0; cl->lookup && s < tb->opts.depth; s++)
-			free(cl->lookup[s].ids);
+		for (int s = 0; cl->lookup && s < tb->opts.depth; s++) {
+			struct ss__table_lookup *l = &cl->lookup[s];
+
+			free(l->where);
+			free(l->fetch_owner);
+			free(l->fetch_slot);
+			free(l->fetch_id);
+			free(l->seen);
+		}
 		free(cl->lookup);
 		free(cl->push_ids);
 		free(cl->push_grads);
@@ -353,6 +372,7 @@ void ss_table_close(struct ss_table **table)
 	free(tb->consumed);
 	free(tb->queued);
 	free(tb->out);
+	free(tb->barrier_seen);
 	free(tb);
 	*table = NULL;
 }
@@ -376,6 +396,24 @@ int ss_table_flush(struct ss_table *tb, unsigned timeout_ms)
 	return rc;
 }
 
+int ss_table_barrier(struct ss_table *tb, unsigned timeout_ms)
+{
+	uint64_t deadline = ss_deadline_ns(timeout_ms);
+	uint32_t want = atomic_fetch_add(&tb->barrier_wanted, 1) + 1;
+
+	for (int p = 0; p < tb->world; p++)
+		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		       atomic_load(&tb->barrier_seen[p]) < want) {
+			if (ss_deadline_passed(deadline))
+				return ss_error_set(
+					-ETIMEDOUT, "it did not come", NULL,
+					"table barrier of rank %d: rank %d",
+					tb->rank, p);
+			ss_sleep_ns(200000);
+		}
+	return 0;
+}
+
 void ss_table_pause_applier(struct ss_table *tb, bool paused)
 {
 	atomic_store(&tb->paused, paused);
@@ -388,6 +426,7 @@ void ss_table_stats(struct ss_table *tb, struct ss_table_stats *s)
 	memset(s, 0, sizeof(*s));
 	s->lookups = atomic_load(&t->lookups);
 	s->rows_local = atomic_load(&t->rows_local);
+	s->rows_remote = atomic_load(&t->rows_remote);
 	s->rows_fetched = atomic_load(&t->rows_fetched);
 	s->rows_stale = atomic_load(&t->rows_stale);
 	s->lookup_wait_ns = atomic_load(&t->lookup_wait_ns);

@@ -33,9 +33,21 @@ struct ss__table_lookup {
 	_Atomic int state;
 	int n;
 	int pending; /* the proxy's: READs not yet completed */
-	uint64_t *ids; /* max_rows */
+	/*
+	 * Where id i's row is: where[i] >= 0, at that place in the staging
+	 * area; below, in our shard at slot -1 - where[i].  A row a batch
+	 * uses several times is READ once: the distinct remote rows, their
+	 * owner and slot, are fetch_owner[k], fetch_slot[k] into place k,
+	 * found through an open-addressing table of their ids.
+	 */
+	int64_t *where; /* max_rows */
+	int n_fetch;
+	int32_t *fetch_owner;
+	uint32_t *fetch_slot;
+	uint64_t *fetch_id;
+	int32_t *seen; /* 2 x max_rows rounded up to a power of two; -1 empty */
+	size_t seen_mask;
 	float *stage; /* max_rows x width, in the local region */
-	uint64_t stale; /* the proxy's: failed READs of this lookup */
 };
 
 /* What a client hands the proxy: lookups, and a ring of gradients. */
@@ -60,7 +72,8 @@ struct ss__table_outbound {
 };
 
 struct ss__table_stats {
-	_Atomic uint64_t lookups, rows_local, rows_fetched, rows_stale;
+	_Atomic uint64_t lookups, rows_local, rows_remote, rows_fetched;
+	_Atomic uint64_t rows_stale;
 	_Atomic uint64_t lookup_wait_ns;
 	_Atomic uint64_t pushed_local, pushed, dropped, applied;
 	_Atomic uint64_t credit_waits;
@@ -97,11 +110,17 @@ struct ss_table {
 	_Atomic bool stop;
 	_Atomic bool paused; /* the applier */
 	_Atomic uint64_t flushing; /* flush requests in progress */
+	/* barriers: ours asked for (and sent by the proxy), each peer's */
+	_Atomic uint32_t barrier_wanted;
+	uint32_t barrier_sent;
+	_Atomic uint32_t *barrier_seen;
 	struct ss__table_stats st;
 };
 
 /* wr_id of the proxy's operations: kind, then who it is for. */
-enum { SS__WR_LOOKUP = 1, SS__WR_HEAD, SS__WR_LOG };
+enum { SS__WR_LOOKUP = 1, SS__WR_HEAD, SS__WR_LOG, SS__WR_BARRIER };
+/* An immediate with this bit is a barrier (its number), else a count. */
+#define SS__IMM_BARRIER 0x80000000u
 #define SS__WR(kind, a, b) \
 	((uint64_t)(kind) << 60 | (uint64_t)(a) << 32 | (uint64_t)(b))
 #define SS__WR_KIND(id) ((int)((id) >> 60))

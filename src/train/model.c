@@ -177,12 +177,10 @@ static float *ss_emb_row(const struct ss_model_config *c, float *tables, int j,
 	return tables + ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
 }
 
-void ss_model_init(const struct ss_model_config *c, float *params,
-		   uint64_t seed)
+void ss_model_init_dense(const struct ss_model_config *c, float *params,
+			 uint64_t seed)
 {
 	uint64_t s = ss__mix64(seed ^ 0x5eed);
-	size_t dense = ss_model_dense_len(c);
-	float bound = (float)sqrt(1.0 / c->hash_size);
 
 	for (int l = 0; l < ss_layers(c); l++) {
 		struct ss_dense d = ss_layer(c, params, l);
@@ -194,6 +192,15 @@ void ss_model_init(const struct ss_model_config *c, float *params,
 		for (int i = 0; i < d.out; i++)
 			d.b[i] = sb * (float)ss__gauss(&s);
 	}
+}
+
+void ss_model_init(const struct ss_model_config *c, float *params,
+		   uint64_t seed)
+{
+	size_t dense = ss_model_dense_len(c);
+	float bound = (float)sqrt(1.0 / c->hash_size);
+
+	ss_model_init_dense(c, params, seed);
 	/* row by row, as the sharded tables start theirs (table.h) */
 	for (int j = 0; j < SS_SPARSE; j++)
 		for (uint32_t r = 0; r < c->hash_size; r++)

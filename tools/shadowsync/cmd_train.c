@@ -60,7 +60,9 @@ int ss_cmd_train(int argc, char **argv)
 				  "data file '%s'", c.train.data);
 	if (rc < 0)
 		goto out;
-	len = ss_model_len(&c.model);
+	/* sharded: the replica is the MLPs, the tables live in the shards */
+	len = c.tables == SS_TABLES_SHARDED ? ss_model_dense_len(&c.model) :
+					      ss_model_len(&c.model);
 
 	/* Where the threads go. */
 	req.trainers = (int)c.threads;
@@ -80,10 +82,13 @@ int ss_cmd_train(int argc, char **argv)
 	if (c.sync.algo != SS_SYNC_NONE) {
 		/* ranks that disagree on what is synchronized refuse each
 		 * other at the handshake, as for another model layout */
-		c.sync.synced = c.dense_only ? ss_model_dense_len(&c.model) : 0;
+		c.sync.synced = c.tables == SS_TABLES_LOCAL ?
+					ss_model_dense_len(&c.model) :
+					0;
 		c.fabric.layout_hash =
 			c.layout_hash ^
-			(uint64_t)c.sync.synced * 0x9e3779b97f4a7c15ull;
+			(uint64_t)c.sync.synced * 0x9e3779b97f4a7c15ull ^
+			(uint64_t)c.tables << 56;
 		c.sync.topo = topo;
 		c.sync.numa = plan->replica_numa;
 		rc = ss_fabric_open(&fabric, &c.fabric);
@@ -107,7 +112,10 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc < 0)
 			goto out;
 	}
-	ss_model_init(&c.model, params, (uint64_t)c.seed);
+	if (c.tables == SS_TABLES_SHARDED)
+		ss_model_init_dense(&c.model, params, (uint64_t)c.seed);
+	else
+		ss_model_init(&c.model, params, (uint64_t)c.seed);
 	if (c.load) {
 		char buf[4096];
 		const char *path =
@@ -144,6 +152,12 @@ int ss_cmd_train(int argc, char **argv)
 				goto out;
 			shadow = true;
 		}
+	}
+	if (c.tables == SS_TABLES_SHARDED) {
+		rc = ss_train_open_table(&c);
+		if (rc < 0)
+			goto out;
+		c.train.table = c.table;
 	}
 	/*
 	 * The data: by chunks claimed as the trainers go, or this rank's
@@ -185,6 +199,8 @@ int ss_cmd_train(int argc, char **argv)
 	    pthread_create(&prog_thread, NULL, ss_progress_main, &prog) == 0)
 		prog_started = true;
 	rc = ss_train(&c.model, params, &c.train, &res);
+	if (c.table) /* the lookups of training, not of evaluation */
+		ss_table_stats(c.table, &c.trained);
 	if (shadow) {
 		int src = ss_shadow_stop(sync);
 
@@ -210,9 +226,18 @@ int ss_cmd_train(int argc, char **argv)
 	ss_progress_stop(&prog, prog_thread, &prog_started);
 	if (c.save)
 		rc = ss_train_save(&c, params, res.examples);
+	/* every row pushed is in before anyone evaluates */
+	if (rc == 0 && c.table &&
+	    ss_table_flush(c.table, 4 * c.sync.round_timeout_ms + 5000) < 0)
+		ss_log_warn("tables: %s", ss_last_error()->why);
+	if (rc == 0 && c.table && c.test)
+		rc = ss_table_barrier(c.table, 600000);
 	if (rc == 0 && c.test)
-		rc = ss_evaluate(&c.model, params, c.test, c.train.bad_lines,
-				 &test);
+		rc = ss_evaluate(&c.model, params, c.table, c.test,
+				 c.train.bad_lines, &test);
+	/* and our shard outlives the others' evaluation */
+	if (rc == 0 && c.table)
+		rc = ss_table_barrier(c.table, 600000);
 	if (rc < 0)
 		goto out;
 
@@ -222,6 +247,7 @@ out:
 	pthread_cond_destroy(&prog.cond);
 	if (rc < 0)
 		ss_error_print(stderr, ss_train_prog, rc);
+	ss_table_close(&c.table);
 	ss_sync_destroy(&sync);
 	ss_fabric_close(&fabric);
 	/* with a sync engine the replica is its memory */

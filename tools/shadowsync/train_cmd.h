@@ -4,6 +4,7 @@
  * (train_options.c), peers (train_peers.c), checkpoints and signals
  * (train_checkpoint.c), progress lines (train_progress.c), the data by
  * chunks (train_chunks.c), evaluation and the summary (train_report.c),
+ * the sharded tables (train_tables.c),
  * and the run itself (cmd_train.c).
  */
 #ifndef SS_TRAIN_CMD_H
@@ -18,6 +19,14 @@
 #include "shadowsync/shadowsync.h"
 
 extern const char ss_train_prog[];
+
+/* --tables: where the embedding tables live. */
+enum ss_tables_kind {
+	SS_TABLES_REPLICATED, /* a copy on every rank, synchronized */
+	SS_TABLES_SHARDED, /* each row at its owner (table.h) */
+	SS_TABLES_LOCAL, /* a copy on every rank, each its own */
+};
+extern const char *const ss_tables_names[];
 
 struct ss_train_cmd {
 	struct ss_model_config model;
@@ -40,7 +49,9 @@ struct ss_train_cmd {
 	uint64_t layout_hash;
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
 	const char *blas; /* the BLIS kernels' name */
-	bool dense_only; /* --sync-tables no */
+	int tables; /* --tables: enum ss_tables_kind */
+	struct ss_table *table; /* --tables sharded */
+	struct ss_table_stats trained; /* its stats when training ended */
 	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
 	long chunk_size; /* --chunk-size; 0: automatic */
 };
@@ -102,8 +113,17 @@ void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
 
 /* ss_evaluate() - NE, AUC and calibration of @params on the file @path. */
 int ss_evaluate(const struct ss_model_config *m, const float *params,
-		const char *path, enum ss_bad_lines bad_lines,
-		struct ss_metrics *out);
+		struct ss_table *table, const char *path,
+		enum ss_bad_lines bad_lines, struct ss_metrics *out);
+
+/* ss_train_open_table() - --tables sharded: this rank's shard, connected. */
+int ss_train_open_table(struct ss_train_cmd *c);
+
+/* The tables' part of the summary: JSON fields, or text lines. */
+void ss_table_report_json(const struct ss_train_cmd *c,
+			  const struct ss_train_result *res);
+void ss_table_report_text(const struct ss_train_cmd *c,
+			  const struct ss_train_result *res);
 
 /* ss_train_report() - the summary: text, or one JSON line with --json. */
 void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,

@@ -53,8 +53,14 @@ static void ss_train_usage(FILE *out)
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
 		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
-		"  --sync-tables yes|no   synchronize the embedding tables too (yes), or\n"
-		"                         the dense MLPs only, the tables each rank's own\n"
+		"  --tables T             replicated (default): every rank a copy of the\n"
+		"                         tables, synchronized with the MLPs; sharded: one\n"
+		"                         copy of each row in all, at its owner rank, read\n"
+		"                         and updated one-sided, the MLPs synchronized;\n"
+		"                         local: each rank its own tables, not synchronized\n"
+		"  --prefetch D           sharded: the rows of the next D batches are read\n"
+		"                         while this one computes (1; 0: each step applied\n"
+		"                         before the next reads, exact and slow)\n"
 		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
 		"cluster\n"
 		"  --rank R               this rank (default: from srun/mpirun/PMI, else 0)\n"
@@ -107,6 +113,8 @@ enum {
 	OPT_MAX_ROUNDS,
 	OPT_ROUND_TIMEOUT,
 	OPT_SYNC_TABLES,
+	OPT_TABLES,
+	OPT_PREFETCH,
 	OPT_RANK,
 	OPT_PEERS,
 	OPT_TRANSPORT,
@@ -123,6 +131,9 @@ enum {
 	OPT_DATA_SPLIT,
 	OPT_CHUNK_SIZE,
 };
+
+const char *const ss_tables_names[] = { "replicated", "sharded", "local",
+					NULL };
 
 int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 {
@@ -154,6 +165,8 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "beta", required_argument, NULL, OPT_BETA },
 		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
 		{ "sync-tables", required_argument, NULL, OPT_SYNC_TABLES },
+		{ "tables", required_argument, NULL, OPT_TABLES },
+		{ "prefetch", required_argument, NULL, OPT_PREFETCH },
 		{ "round-timeout-ms", required_argument, NULL,
 		  OPT_ROUND_TIMEOUT },
 		{ "rank", required_argument, NULL, OPT_RANK },
@@ -192,6 +205,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->progress = 5;
 	c->port = 7000;
 	c->split = -1;
+	c->train.prefetch = 1;
 	if (key && *key &&
 	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
 		c->fabric.job_key = (uint64_t)v;
@@ -308,9 +322,20 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 					   1l << 40, &c->chunk_size);
 			break;
 		case OPT_SYNC_TABLES:
-			rc = ss_parse_choice("--sync-tables", optarg, yes_no,
-					     &i);
-			c->dense_only = i == 1;
+			return ss_error_set(
+				SS_EUSAGE, "it is gone",
+				"--tables replaces it: --sync-tables yes is "
+				"--tables replicated, no is --tables local",
+				"--sync-tables");
+		case OPT_TABLES:
+			rc = ss_parse_choice("--tables", optarg,
+					     ss_tables_names, &i);
+			c->tables = i;
+			break;
+		case OPT_PREFETCH:
+			rc = ss_parse_long("--prefetch", optarg, 0,
+					   SS_TRAIN_MAX_PREFETCH, &v);
+			c->train.prefetch = (int)v;
 			break;
 		case OPT_RANK:
 			rc = ss_parse_long("--rank", optarg, 0,
@@ -384,6 +409,11 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
+	if (c->tables == SS_TABLES_SHARDED && (c->save || c->load))
+		return ss_error_set(SS_EUSAGE, "not yet with --tables sharded",
+				    "checkpoints of shards are still to come: "
+				    "train with --tables replicated to save",
+				    "%s", c->save ? "--save" : "--load");
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);

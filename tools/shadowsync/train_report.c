@@ -9,8 +9,28 @@
 
 #include "train_cmd.h"
 
+/* Predictions of @got examples, their rows from the shards. */
+static int ss_predict_sharded(const struct ss_model_config *m,
+			      const float *params, struct ss_table *table,
+			      struct ss_model_work *w,
+			      const struct ss_example *batch, int got, float *p)
+{
+	static uint64_t ids[256 * SS_SPARSE];
+	static const float *rows[256 * SS_SPARSE];
+	int rc;
+
+	ss_model_batch_rows(m, batch, got, ids);
+	rc = ss_table_lookup(table, 0, 0, ids, got * SS_SPARSE);
+	if (rc == 0)
+		rc = ss_table_wait(table, 0, 0, rows);
+	if (rc == 0)
+		ss_model_predict_rows(m, params, w, batch, got, rows, p);
+	return rc;
+}
+
 int ss_evaluate(const struct ss_model_config *m, const float *params,
-		const char *path, enum ss_bad_lines bad, struct ss_metrics *out)
+		struct ss_table *table, const char *path, enum ss_bad_lines bad,
+		struct ss_metrics *out)
 {
 	struct ss_model_work *w = NULL;
 	struct ss_reader *r = NULL;
@@ -46,7 +66,13 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 				break;
 			}
 		}
-		ss_model_predict(m, params, w, batch, got, p + n);
+		if (table)
+			rc = ss_predict_sharded(m, params, table, w, batch, got,
+						p + n);
+		else
+			ss_model_predict(m, params, w, batch, got, p + n);
+		if (rc < 0)
+			break;
 		for (int i = 0; i < got; i++)
 			y[n + (size_t)i] = batch[i].label;
 		n += (size_t)got;
@@ -96,6 +122,9 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			ss_json_string(stdout, getenv("BLIS_ARCH_TYPE"));
 		else
 			printf("null");
+		printf(",\"tables\":\"%s\"", ss_tables_names[c->tables]);
+		if (c->table)
+			ss_table_report_json(c, res);
 		if (c->load)
 			printf(",\"resumed_examples\":%" PRIu64, c->resumed);
 		if (c->test) {
@@ -146,6 +175,8 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		if (c->test)
 			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f\n",
 			       test->ne, test->auc, test->calibration);
+		if (c->table)
+			ss_table_report_text(c, res);
 		if (sync)
 			ss_sync_print_stats(sync, stdout);
 	}

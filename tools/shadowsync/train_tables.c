@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train --tables sharded: this rank's shard of the embedding
+ * tables, on an endpoint of its own next to the sync layer's (port + N).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+
+#include "train_cmd.h"
+
+int ss_train_open_table(struct ss_train_cmd *c)
+{
+	struct ss_table_options o;
+	struct ss_fabric_options fo = c->fabric;
+	char(*buf)[64] = calloc((size_t)fo.world, sizeof(*buf));
+	const char **addrs = calloc((size_t)fo.world, sizeof(*addrs));
+	int rc;
+
+	if (!buf || !addrs) {
+		free(buf);
+		free(addrs);
+		return ss_error_set(-ENOMEM, NULL, NULL, "table addresses");
+	}
+	ss_table_options_init(&o);
+	o.tables = SS_SPARSE;
+	o.rows = c->model.hash_size;
+	o.width = c->model.emb_dim;
+	o.update = c->train.optimizer == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD :
+							  SS_TABLE_SGD;
+	o.lr = c->train.lr;
+	o.eps = c->train.adagrad_eps;
+	o.seed = (uint64_t)c->seed;
+	o.clients = c->train.threads;
+	o.max_rows = c->train.batch * SS_SPARSE;
+	/* evaluation looks up 256 examples at a time */
+	if (o.max_rows < 256 * SS_SPARSE)
+		o.max_rows = 256 * SS_SPARSE;
+	o.depth = 1 + c->train.prefetch;
+	rc = ss_table_addrs(fo.addrs, fo.world, buf, addrs);
+	if (rc == 0) {
+		fo.addrs = addrs;
+		rc = ss_table_open(&c->table, &o, &fo);
+	}
+	free(buf);
+	free(addrs);
+	if (rc == 0) {
+		struct ss_table_stats st;
+
+		ss_table_stats(c->table, &st);
+		ss_log_info("tables: sharded over %d ranks, %zu bytes of rows "
+			    "here, %zu registered",
+			    fo.world, st.shard_bytes, st.registered_bytes);
+	}
+	return rc;
+}
+
+/* What the trainers waited for rows, as a share of their time. */
+static double ss_wait_share(const struct ss_train_cmd *c,
+			    const struct ss_table_stats *st,
+			    const struct ss_train_result *res)
+{
+	double busy = res->seconds * c->train.threads;
+
+	return busy > 0 ? (double)st->lookup_wait_ns / 1e9 / busy : 0;
+}
+
+/*
+ * Lookups and waits as of the end of training (c->trained); gradients as
+ * of now, every one applied or dropped.
+ */
+static void ss_report_stats(const struct ss_train_cmd *c,
+			    struct ss_table_stats *st)
+{
+	struct ss_table_stats now;
+
+	*st = c->trained;
+	ss_table_stats(c->table, &now);
+	st->pushed = now.pushed;
+	st->applied = now.applied;
+	st->dropped = now.dropped;
+	st->credit_waits = now.credit_waits;
+}
+
+void ss_table_report_json(const struct ss_train_cmd *c,
+			  const struct ss_train_result *res)
+{
+	struct ss_table_stats st;
+
+	ss_report_stats(c, &st);
+	printf(",\"table_bytes\":%zu,\"table_registered_bytes\":%zu,"
+	       "\"lookups_per_s\":%.1f,\"rows_per_lookup\":%.1f,"
+	       "\"rows_remote_share\":%.3f,\"rows_fetched_per_lookup\":%.1f,"
+	       "\"lookup_wait\":%.4f,"
+	       "\"prefetch\":%d,\"rows_stale\":%" PRIu64
+	       ",\"grads_pushed\":%" PRIu64 ",\"grads_local\":%" PRIu64
+	       ",\"grads_applied\":%" PRIu64 ",\"grads_dropped\":%" PRIu64
+	       ",\"credit_waits\":%" PRIu64,
+	       st.shard_bytes, st.registered_bytes,
+	       res->seconds > 0 ? (double)st.lookups / res->seconds : 0,
+	       st.lookups ? (double)(st.rows_local + st.rows_remote) /
+				    (double)st.lookups :
+			    0,
+	       st.rows_local + st.rows_remote ?
+		       (double)st.rows_remote /
+			       (double)(st.rows_local + st.rows_remote) :
+		       0,
+	       st.lookups ? (double)st.rows_fetched / (double)st.lookups : 0,
+	       ss_wait_share(c, &st, res), c->train.prefetch, st.rows_stale,
+	       st.pushed, st.pushed_local, st.applied, st.dropped,
+	       st.credit_waits);
+}
+
+void ss_table_report_text(const struct ss_train_cmd *c,
+			  const struct ss_train_result *res)
+{
+	struct ss_table_stats st;
+
+	ss_report_stats(c, &st);
+	printf("tables: sharded, %.1f MB of rows (and optimizer state) here; "
+	       "%" PRIu64 " lookups (%.0f/s), %.0f%% of rows at peers, "
+	       "trainers waited %.1f%% of their time for rows (prefetch %d)\n",
+	       (double)st.shard_bytes / 1e6, st.lookups,
+	       res->seconds > 0 ? (double)st.lookups / res->seconds : 0,
+	       st.rows_local + st.rows_remote ?
+		       100.0 * (double)st.rows_remote /
+			       (double)(st.rows_local + st.rows_remote) :
+		       0,
+	       100 * ss_wait_share(c, &st, res), c->train.prefetch);
+	printf("tables: gradients %" PRIu64 " sent, %" PRIu64
+	       " applied here from peers, %" PRIu64 " applied locally, %" PRIu64
+	       " dropped%s\n",
+	       st.pushed, st.applied, st.pushed_local, st.dropped,
+	       st.rows_stale ? " (some rows stale: an owner failed)" : "");
+}
