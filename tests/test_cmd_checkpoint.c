@@ -205,3 +205,85 @@ Test(cmd_checkpoint, stopped_while_saving_leaves_no_temporary_file)
 	cr_assert(strstr(out, "status 143"), "%s", out); /* died of SIGTERM */
 	cr_assert_null(strstr(out, ".tmp"), "%s", out);
 }
+
+/* ---- sharded tables ---------------------------------------------------- */
+
+#define DENSE 6005 /* MODEL's MLPs: bottom 292, top 5713 */
+
+/* Whether bytes [@from, @to) of the two files are the same. */
+static bool same_bytes(const char *a, const char *b, long from, long to)
+{
+	char pa[512], pb[512];
+	FILE *fa, *fb;
+	bool same = true;
+
+	snprintf(pa, sizeof(pa), "%s/%s", dir, a);
+	snprintf(pb, sizeof(pb), "%s/%s", dir, b);
+	fa = fopen(pa, "rb");
+	fb = fopen(pb, "rb");
+	cr_assert(fa && fb, "%s or %s missing", pa, pb);
+	fseek(fa, from, SEEK_SET);
+	fseek(fb, from, SEEK_SET);
+	for (long i = from; same && i < to; i++) {
+		int ca = fgetc(fa), cb = fgetc(fb);
+
+		same = ca == cb && ca != EOF;
+	}
+	fclose(fa);
+	fclose(fb);
+	return same;
+}
+
+/*
+ * Four ranks save their shards; re-divided among two and back among
+ * four, every shard holds the same rows and accumulators, bit for bit
+ * (the MLPs come from shard 0, so shard 0 is the same whole).  The two
+ * resume, and a job of another size is refused with the way out.
+ */
+Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
+{
+	char out[16384];
+	int port = 28000 + getpid() % 500 * 8;
+	long rows = 26L * 500 * 4, /* 2000 rows over 4: 500 a table */
+		floats = DENSE + rows, state = 64 + floats * 4;
+
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S launch -n 4 --port %d -- train --data a.txt " MODEL
+		    " --threads 1 --progress 0 --tables sharded "
+		    "--save 's.{rank}' 2>&1 && "
+		    "$S reshard --from 's.{rank}' --ranks 4 --to 't.{rank}' "
+		    "--new-ranks 2 " MODEL " && "
+		    "$S reshard --from 't.{rank}' --ranks 2 --to 'u.{rank}' "
+		    "--new-ranks 4 " MODEL " 2>&1",
+		    port),
+		0, "%s", out);
+	cr_assert(strstr(out, "resharded 2 shards into 4"), "%s", out);
+	for (int k = 0; k < 4; k++) {
+		char s[16], u[16];
+
+		snprintf(s, sizeof(s), "s.%d", k);
+		snprintf(u, sizeof(u), "u.%d", k);
+		cr_assert(same_bytes(s, u, 64 + DENSE * 4, state),
+			  "shard %d: rows differ", k);
+		cr_assert(
+			same_bytes(s, u, state + DENSE * 4, state + floats * 4),
+			"shard %d: the rows' accumulators differ", k);
+	}
+	cr_assert(same_bytes("s.0", "u.0", 64, state + floats * 4),
+		  "shard 0 differs");
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S launch -n 2 --port %d --json -- train --data b.txt " MODEL
+		    " --threads 1 --progress 0 --tables sharded "
+		    "--load 't.{rank}' 2>&1",
+		    port + 4),
+		0, "%s", out);
+	cr_assert(strstr(out, "\"resumed_examples\":"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN
+			 " --tables sharded --load 's.{rank}' 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "rank 0 of 4; this job has 1 ranks"), "%s", out);
+	cr_assert(strstr(out, "shadowsync reshard"), "%s", out);
+}

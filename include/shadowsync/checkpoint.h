@@ -66,6 +66,35 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 		       uint64_t layout_hash, uint64_t *examples,
 		       bool *has_state);
 
+/*
+ * The same file, its floats gathered from (or scattered into) several
+ * arrays laid end to end: a shard's MLPs and rows, its accumulators of
+ * both.  The state's parts must add up to as many floats as the
+ * parameters'; @state NULL (or @ns 0): none.  A part whose @ptr is NULL
+ * is skipped on load (read and checked, not kept).
+ */
+struct ss_checkpoint_part {
+	float *ptr;
+	size_t n;
+};
+
+int ss_checkpoint_save_parts(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t examples);
+int ss_checkpoint_load_parts(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t *examples,
+			     bool *has_state);
+
+/*
+ * ss_checkpoint_peek() - the header's layout hash, parameter count and
+ * examples, unchecked otherwise: to say which job a refused file is from.
+ */
+int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
+		       uint64_t *examples);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,21 @@ int ss_table_owner(const struct ss_table *table, int t, uint32_t row);
 float *ss_table_row(struct ss_table *table, int t, uint32_t row);
 
 /*
+ * ss_table_shard() - this rank's rows, tables x ss_table_rows_per_owner()
+ * rows of width floats, each table's in slot order, and Adagrad's
+ * accumulators laid out the same (*@acc NULL with SGD); returns their
+ * floats.  For checkpoints: the slot of a row depends only on its place
+ * in its table's permutation (see table.c), so a shard saved at N ranks
+ * can be re-divided among M without the rows' ids.  Read or write them
+ * only while nothing is pushed (before the first lookup, or after a
+ * flush and a barrier).
+ */
+size_t ss_table_shard(struct ss_table *table, float **rows, float **acc);
+
+/* ss_table_rows_per_owner() - ceil(@rows / @world). */
+uint32_t ss_table_rows_per_owner(uint32_t rows, int world);
+
+/*
  * ss_table_lookup() - post the lookup of @n rows (@ids[i] = table * rows +
  * row) into slot @slot (0 <= slot < depth) of client @client.  The slot
  * must be free: never posted, or waited for since.  Returns 0, or -EINVAL

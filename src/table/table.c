@@ -291,8 +291,7 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	tb->opts = *opts;
 	tb->rank = fo.rank;
 	tb->world = fo.world;
-	tb->rows_per_owner = (uint32_t)((opts->rows + (uint32_t)fo.world - 1) /
-					(uint32_t)fo.world);
+	tb->rows_per_owner = ss_table_rows_per_owner(opts->rows, fo.world);
 	tb->shard_floats =
 		(size_t)opts->tables * tb->rows_per_owner * (size_t)opts->width;
 	tb->entry_bytes = (sizeof(struct ss__table_entry) +
@@ -439,6 +438,19 @@ void ss_table_stats(struct ss_table *tb, struct ss_table_stats *s)
 	s->registered_bytes =
 		ss_region_len(tb->r_rows) + ss_region_len(tb->r_log) +
 		ss_region_len(tb->r_head) + ss_region_len(tb->r_local);
+}
+
+size_t ss_table_shard(struct ss_table *tb, float **rows, float **acc)
+{
+	*rows = tb->rows;
+	*acc = tb->acc;
+	return tb->shard_floats;
+}
+
+uint32_t ss_table_rows_per_owner(uint32_t rows, int world)
+{
+	return (uint32_t)(((uint64_t)rows + (uint64_t)world - 1) /
+			  (uint64_t)world);
 }
 
 struct ss_fabric *ss_table_fabric(struct ss_table *tb)

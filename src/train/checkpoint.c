@@ -139,17 +139,55 @@ static int ss_read_all(int fd, void *buf, size_t len, const char *path)
 	return 0;
 }
 
-/* Writes a snapshot of @n floats of @src through @chunk, adding them to
- * the checksum @h: the mirror of ss_read_summed() below. */
-static int ss_write_summed(int fd, const float *src, float *chunk, size_t n,
-			   uint64_t *h, const char *path)
+static size_t ss_parts_len(const struct ss_checkpoint_part *parts, int n)
 {
+	size_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += parts[i].n;
+	return len;
+}
+
+/*
+ * Copy the floats [@at, @at + @k) of the parts laid end to end into
+ * @chunk (@to_chunk) or out of it.
+ */
+static void ss_parts_copy(const struct ss_checkpoint_part *parts, int n,
+			  size_t at, float *chunk, size_t k, bool to_chunk)
+{
+	for (int i = 0; i < n && k > 0; i++) {
+		size_t m;
+
+		if (at >= parts[i].n) {
+			at -= parts[i].n;
+			continue;
+		}
+		m = parts[i].n - at < k ? parts[i].n - at : k;
+		if (to_chunk)
+			ss_snapshot(chunk, parts[i].ptr + at, m);
+		else if (parts[i].ptr)
+			memcpy(parts[i].ptr + at, chunk, m * sizeof(float));
+		chunk += m;
+		k -= m;
+		at = 0;
+	}
+}
+
+/*
+ * Writes a snapshot of the parts' floats through @chunk, adding them to
+ * the checksum @h: the mirror of ss_read_summed() below.  The chunks are
+ * those of one array of their total length, whatever the parts.
+ */
+static int ss_write_summed(int fd, const struct ss_checkpoint_part *parts,
+			   int np, float *chunk, uint64_t *h, const char *path)
+{
+	size_t n = ss_parts_len(parts, np);
 	int rc = 0;
 
 	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
 		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
 
-		ss_snapshot(chunk, src + at, k);
+		ss_parts_copy(parts, np, at, chunk, k, true);
 		*h = ss_sum(*h, chunk, k * sizeof(float));
 		rc = ss_write_all(fd, chunk, k * sizeof(float), path);
 	}
@@ -180,7 +218,19 @@ int ss_checkpoint_save(const char *path, const float *params,
 		       const float *state, size_t n, uint64_t layout_hash,
 		       uint64_t examples)
 {
-	const float *parts[] = { params, state };
+	struct ss_checkpoint_part p = { (float *)params, n },
+				  st = { (float *)state, n };
+
+	return ss_checkpoint_save_parts(path, &p, 1, state ? &st : NULL,
+					state ? 1 : 0, layout_hash, examples);
+}
+
+int ss_checkpoint_save_parts(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t examples)
+{
+	size_t n = ss_parts_len(params, np);
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
 	size_t tmp_len = strlen(path) + sizeof(SS_CHECKPOINT_TMP_SUFFIX);
 	char *tmp = malloc(tmp_len);
@@ -208,8 +258,14 @@ int ss_checkpoint_save(const char *path, const float *params,
 	/* The header goes last, once the checksum is known. */
 	if (lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
-	for (int part = 0; rc == 0 && part < 2 && parts[part]; part++)
-		rc = ss_write_summed(fd, parts[part], chunk, n, &h, tmp);
+	if (state && ss_parts_len(state, ns) != n)
+		rc = ss_error_set(-EINVAL,
+				  "state and parameters differ in size", NULL,
+				  "saving '%s'", path);
+	if (rc == 0)
+		rc = ss_write_summed(fd, params, np, chunk, &h, tmp);
+	if (rc == 0 && state)
+		rc = ss_write_summed(fd, state, ns, chunk, &h, tmp);
 	memcpy(head, SS_CKPT_MAGIC, 8);
 	ss_put32(head + 8, SS_CHECKPOINT_VERSION);
 	ss_put32(head + 12, SS_CKPT_HEADER);
@@ -297,20 +353,22 @@ static int ss_check_header(const char *path, const unsigned char *head,
 	return 0;
 }
 
-/* Reads @n floats at the file's offset, into @dst or (NULL) only through
- * @chunk, and adds them to the checksum @h. */
-static int ss_read_summed(int fd, float *dst, float *chunk, size_t n,
-			  uint64_t *h, const char *path)
+/* Reads @n floats at the file's offset through @chunk into the parts
+ * (none: only summed), and adds them to the checksum @h. */
+static int ss_read_summed(int fd, const struct ss_checkpoint_part *parts,
+			  int np, float *chunk, size_t n, uint64_t *h,
+			  const char *path)
 {
 	int rc = 0;
 
 	for (size_t at = 0; rc == 0 && at < n; at += SS_CKPT_CHUNK) {
 		size_t k = n - at < SS_CKPT_CHUNK ? n - at : SS_CKPT_CHUNK;
-		float *to = dst ? dst + at : chunk;
 
-		rc = ss_read_all(fd, to, k * sizeof(float), path);
-		if (rc == 0)
-			*h = ss_sum(*h, to, k * sizeof(float));
+		rc = ss_read_all(fd, chunk, k * sizeof(float), path);
+		if (rc == 0) {
+			*h = ss_sum(*h, chunk, k * sizeof(float));
+			ss_parts_copy(parts, np, at, chunk, k, false);
+		}
 	}
 	return rc;
 }
@@ -319,6 +377,43 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 		       uint64_t layout_hash, uint64_t *examples,
 		       bool *has_state)
 {
+	struct ss_checkpoint_part p = { params, n }, st = { state, n };
+
+	return ss_checkpoint_load_parts(path, &p, 1, state ? &st : NULL,
+					state ? 1 : 0, layout_hash, examples,
+					has_state);
+}
+
+int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
+		       uint64_t *examples)
+{
+	unsigned char head[SS_CKPT_HEADER];
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, NULL, "checkpoint '%s'",
+				    path);
+	rc = ss_read_all(fd, head, sizeof(head), path);
+	close(fd);
+	if (rc == 0 && memcmp(head, SS_CKPT_MAGIC, 8))
+		rc = ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
+				  "give a file written by --save",
+				  "checkpoint '%s'", path);
+	if (rc == 0) {
+		*layout_hash = ss_get64(head + 16);
+		*n = ss_get64(head + 24);
+		*examples = ss_get64(head + 32);
+	}
+	return rc;
+}
+
+int ss_checkpoint_load_parts(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t *examples,
+			     bool *has_state)
+{
+	size_t n = ss_parts_len(params, np);
 	unsigned char head[SS_CKPT_HEADER];
 	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
 	uint64_t h = ss_sum_seed, n_state = 0;
@@ -357,9 +452,10 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 	 * parameters and the state apart: the sum follows the save's
 	 * chunks). */
 	if (rc == 0)
-		rc = ss_read_summed(fd, NULL, chunk, n, &h, path);
+		rc = ss_read_summed(fd, NULL, 0, chunk, n, &h, path);
 	if (rc == 0)
-		rc = ss_read_summed(fd, NULL, chunk, (size_t)n_state, &h, path);
+		rc = ss_read_summed(fd, NULL, 0, chunk, (size_t)n_state, &h,
+				    path);
 	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "its checksum does not match: the file is "
@@ -375,10 +471,11 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 	if (rc == 0 && lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0)
-		rc = ss_read_summed(fd, params, chunk, n, &h, path);
+		rc = ss_read_summed(fd, params, np, chunk, n, &h, path);
 	if (rc == 0)
-		rc = ss_read_summed(fd, n_state ? state : NULL, chunk,
-				    (size_t)n_state, &h, path);
+		rc = ss_read_summed(fd, n_state ? state : NULL,
+				    n_state ? ns : 0, chunk, (size_t)n_state,
+				    &h, path);
 	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "it changed while it was being read",
@@ -388,7 +485,7 @@ int ss_checkpoint_load(const char *path, float *params, float *state, size_t n,
 	if (rc == 0) {
 		*examples = ss_get64(head + 32);
 		if (has_state)
-			*has_state = n_state && state;
+			*has_state = n_state && state && ns > 0;
 	}
 	close(fd);
 	free(chunk);

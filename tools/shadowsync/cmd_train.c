@@ -116,7 +116,7 @@ int ss_cmd_train(int argc, char **argv)
 		ss_model_init_dense(&c.model, params, (uint64_t)c.seed);
 	else
 		ss_model_init(&c.model, params, (uint64_t)c.seed);
-	if (c.load) {
+	if (c.load && c.tables != SS_TABLES_SHARDED) {
 		char buf[4096];
 		const char *path =
 			ss_checkpoint_path(&c, c.load, false, buf, sizeof(buf));
@@ -155,6 +155,11 @@ int ss_cmd_train(int argc, char **argv)
 	}
 	if (c.tables == SS_TABLES_SHARDED) {
 		rc = ss_train_open_table(&c);
+		if (rc == 0 && c.load)
+			rc = ss_train_resume_shard(&c, params);
+		/* every shard is in place before anyone reads a row */
+		if (rc == 0)
+			rc = ss_table_barrier(c.table, 600000);
 		if (rc < 0)
 			goto out;
 		c.train.table = c.table;
@@ -224,14 +229,14 @@ int ss_cmd_train(int argc, char **argv)
 	 * must not hold this rank back from the others' final barrier.
 	 */
 	ss_progress_stop(&prog, prog_thread, &prog_started);
-	if (c.save)
-		rc = ss_train_save(&c, params, res.examples);
-	/* every row pushed is in before anyone evaluates */
-	if (rc == 0 && c.table &&
+	/* every row pushed is in before anyone saves or evaluates */
+	if (c.table &&
 	    ss_table_flush(c.table, 4 * c.sync.round_timeout_ms + 5000) < 0)
 		ss_log_warn("tables: %s", ss_last_error()->why);
-	if (rc == 0 && c.table && c.test)
+	if (c.table)
 		rc = ss_table_barrier(c.table, 600000);
+	if (rc == 0 && c.save)
+		rc = ss_train_save(&c, params, res.examples);
 	if (rc == 0 && c.test)
 		rc = ss_evaluate(&c.model, params, c.table, c.test,
 				 c.train.bad_lines, &test);

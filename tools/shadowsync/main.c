@@ -21,6 +21,8 @@ static const struct {
 	  "check this machine for RDMA training: devices, GIDs, memlock" },
 	{ "gen-data", ss_cmd_gen_data,
 	  "write synthetic click data from a planted teacher model" },
+	{ "reshard", ss_cmd_reshard,
+	  "re-divide sharded-table checkpoints for another number of ranks" },
 };
 
 #define SS_NR_COMMANDS (int)(sizeof(ss_commands) / sizeof(ss_commands[0]))

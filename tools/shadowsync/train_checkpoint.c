@@ -60,8 +60,86 @@ void ss_train_on_signal(int sig)
 	raise(sig);
 }
 
+uint64_t ss_shard_layout_hash(uint64_t model_hash, int world, int rank)
+{
+	uint64_t h = model_hash ^ 0x5a4d5a4d5a4d5a4dull;
+
+	h = (h ^ (uint64_t)(uint32_t)world) * 0x100000001b3ull;
+	h = (h ^ (uint64_t)(uint32_t)rank) * 0x100000001b3ull;
+	return h;
+}
+
+/* The parts of a shard's file: the MLPs, then the rows; the same for the
+ * accumulators.  Returns how many parts each has (2), 0 for SGD's state. */
+static int ss_shard_parts(const struct ss_train_cmd *c, float *params,
+			  struct ss_checkpoint_part *p,
+			  struct ss_checkpoint_part *st)
+{
+	float *rows, *acc;
+	size_t n = ss_table_shard(c->table, &rows, &acc),
+	       dense = ss_model_dense_len(&c->model);
+
+	p[0] = (struct ss_checkpoint_part){ params, dense };
+	p[1] = (struct ss_checkpoint_part){ rows, n };
+	st[0] = (struct ss_checkpoint_part){ c->train.adagrad_acc, dense };
+	st[1] = (struct ss_checkpoint_part){ acc, n };
+	return acc && c->train.adagrad_acc ? 2 : 0;
+}
+
+/* --tables sharded: the MLPs and this rank's rows, under its own name. */
+static int ss_train_save_shard(const struct ss_train_cmd *c, const char *path,
+			       const float *params, uint64_t examples)
+{
+	struct ss_checkpoint_part p[2], st[2];
+	int ns = ss_shard_parts(c, (float *)params, p, st);
+
+	return ss_checkpoint_save_parts(path, p, 2, ns ? st : NULL, ns,
+					ss_shard_layout_hash(c->layout_hash,
+							     c->fabric.world,
+							     c->fabric.rank),
+					examples);
+}
+
+int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
+			bool *has_acc)
+{
+	struct ss_checkpoint_part p[2], st[2];
+	int ns = ss_shard_parts(c, params, p, st), rc;
+	uint64_t hash, n, examples;
+
+	rc = ss_checkpoint_load_parts(path, p, 2, ns ? st : NULL, ns,
+				      ss_shard_layout_hash(c->layout_hash,
+							   c->fabric.world,
+							   c->fabric.rank),
+				      &c->resumed, has_acc);
+	if (rc != SS_ELAYOUT ||
+	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0)
+		return rc;
+	/* from a job of another size, or of other tables: say which */
+	for (int w = 1; w <= SS_FABRIC_MAX_PEERS; w++)
+		for (int r = 0; r < w; r++)
+			if (ss_shard_layout_hash(c->layout_hash, w, r) == hash)
+				return ss_error_set(
+					SS_ELAYOUT,
+					"it is the shard of another job size",
+					"re-divide the shards first: shadowsync "
+					"reshard --from PATH --ranks N --to "
+					"NEW --new-ranks M (with this model's "
+					"options)",
+					"checkpoint '%s' (rank %d of %d; this "
+					"job has %d ranks)",
+					path, r, w, c->fabric.world);
+	if (hash == c->layout_hash)
+		return ss_error_set(SS_ELAYOUT,
+				    "it holds the whole model, not a shard",
+				    "load it with --tables replicated, or "
+				    "save shards with --tables sharded",
+				    "checkpoint '%s'", path);
+	return rc;
+}
+
 /* Saves this rank's replica (and Adagrad's accumulators, when it has
- * them), if it is the one that saves. */
+ * them), if it is the one that saves; with sharded tables, its shard. */
 int ss_train_save(const struct ss_train_cmd *c, const float *params,
 		  uint64_t examples)
 {
@@ -75,9 +153,13 @@ int ss_train_save(const struct ss_train_cmd *c, const float *params,
 	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp),
 		 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
 	ss_saving = 1;
-	rc = ss_checkpoint_save(path, params, c->train.adagrad_acc,
-				ss_model_len(&c->model), c->layout_hash,
-				c->resumed + examples);
+	if (c->table)
+		rc = ss_train_save_shard(c, path, params,
+					 c->resumed + examples);
+	else
+		rc = ss_checkpoint_save(path, params, c->train.adagrad_acc,
+					ss_model_len(&c->model), c->layout_hash,
+					c->resumed + examples);
 	ss_saving = 0;
 	if (rc == 0)
 		ss_log_info("checkpoint: %s (%" PRIu64 " examples)", path,

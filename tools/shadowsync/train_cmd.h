@@ -96,6 +96,20 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 /* ss_train_on_signal() - SIGTERM/SIGINT: no half-written checkpoint left. */
 void ss_train_on_signal(int sig);
 
+/*
+ * ss_shard_layout_hash() - a shard file's layout: the model's, the job's
+ * size and the rank, so that a shard loads only where it was saved.
+ */
+uint64_t ss_shard_layout_hash(uint64_t model_hash, int world, int rank);
+
+/*
+ * ss_train_load_shard() - --load with --tables sharded: this rank's MLPs,
+ * rows and accumulators; a file of another job size is refused with the
+ * reshard command in the hint.
+ */
+int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
+			bool *has_acc);
+
 /* ss_train_save() - --save, atomically, with @examples seen. */
 int ss_train_save(const struct ss_train_cmd *c, const float *params,
 		  uint64_t examples);
@@ -118,6 +132,9 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 
 /* ss_train_open_table() - --tables sharded: this rank's shard, connected. */
 int ss_train_open_table(struct ss_train_cmd *c);
+
+/* ss_train_resume_shard() - --load with --tables sharded, into the shard. */
+int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
 
 /* The tables' part of the summary: JSON fields, or text lines. */
 void ss_table_report_json(const struct ss_train_cmd *c,

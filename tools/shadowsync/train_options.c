@@ -409,11 +409,16 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
-	if (c->tables == SS_TABLES_SHARDED && (c->save || c->load))
-		return ss_error_set(SS_EUSAGE, "not yet with --tables sharded",
-				    "checkpoints of shards are still to come: "
-				    "train with --tables replicated to save",
-				    "%s", c->save ? "--save" : "--load");
+	if (c->tables == SS_TABLES_SHARDED &&
+	    ((c->save && !strstr(c->save, "{rank}")) ||
+	     (c->load && !strstr(c->load, "{rank}"))))
+		return ss_error_set(
+			SS_EUSAGE,
+			"with --tables sharded every rank saves "
+			"its own shard",
+			"put {rank} in the path: 'ckpt.{rank}'", "%s",
+			c->save && !strstr(c->save, "{rank}") ? "--save" :
+								"--load");
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);

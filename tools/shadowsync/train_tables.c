@@ -133,3 +133,24 @@ void ss_table_report_text(const struct ss_train_cmd *c,
 	       st.pushed, st.applied, st.pushed_local, st.dropped,
 	       st.rows_stale ? " (some rows stale: an owner failed)" : "");
 }
+
+int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
+{
+	char buf[4096];
+	const char *path =
+		ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
+	bool has_acc = false;
+	int rc = ss_train_load_shard(c, path, params, &has_acc);
+
+	if (rc < 0)
+		return ss_error_prefix("--load");
+	ss_log_info("resuming shard %d of %d from %s (%" PRIu64
+		    " examples seen%s)",
+		    c->fabric.rank, c->fabric.world, path, c->resumed,
+		    has_acc ? ", Adagrad's accumulators" : "");
+	if (c->train.adagrad_acc && !has_acc)
+		ss_log_warn("--load: '%s' holds no Adagrad accumulators (saved "
+			    "by an SGD run): they start from zero",
+			    path);
+	return 0;
+}

@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync reshard: the shard checkpoints of a job of N ranks
+ * (train --tables sharded --save 'PATH.{rank}') re-divided for M ranks.
+ *
+ * A row's slot in its owner's shard is r' div N, its owner r' mod N, where
+ * r' is its place in its table's permutation (src/table/table.c), which
+ * does not depend on N: so the rows move by r' alone, without their ids.
+ * The MLPs (and their accumulators) come from shard 0.  The examples the
+ * old shards had seen are shared out among the new ones, so that their
+ * sum stays the job's.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+static const char ss_reshard_prog[] = "shadowsync reshard";
+
+static void ss_reshard_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync reshard --from PATH --ranks N --to PATH --new-ranks M\n"
+		"                          [--emb-dim N] [--bottom SIZES] [--top SIZES]\n"
+		"                          [--hash-size N]\n"
+		"\n"
+		"Re-divide the shard checkpoints of a job of N ranks (train --tables\n"
+		"sharded --save 'PATH.{rank}') among M ranks, for a job of another size\n"
+		"to --load.  PATH contains {rank}; every old file is read, every new one\n"
+		"written atomically.  The model options must be those of the job that\n"
+		"saved them.  Memory: the whole model (its N files) at once.\n"
+		"\n"
+		"  --from PATH            the old shards, {rank} for the rank\n"
+		"  --ranks N              how many there are\n"
+		"  --to PATH              the new shards, {rank} for the rank\n"
+		"  --new-ranks M          how many to write\n"
+		"  --emb-dim, --bottom, --top, --hash-size   as for train\n"
+		"  -h, --help             this help\n");
+}
+
+/* @pattern with {rank} replaced by @rank. */
+static void ss_rank_path(const char *pattern, int rank, char *buf, size_t size)
+{
+	const char *at = strstr(pattern, "{rank}");
+
+	snprintf(buf, size, "%.*s%d%s", (int)(at - pattern), pattern, rank,
+		 at + 6);
+}
+
+struct ss_shard_set {
+	int world;
+	uint32_t per; /* rows per owner of each table */
+	size_t dense, rows; /* floats of the MLPs, of a shard's rows */
+	float **w, **acc; /* per shard: MLPs then rows; the same, state */
+	uint64_t examples;
+	bool has_acc;
+};
+
+static int ss_shards_alloc(struct ss_shard_set *s,
+			   const struct ss_model_config *m, int world)
+{
+	s->world = world;
+	s->per = ss_table_rows_per_owner(m->hash_size, world);
+	s->dense = ss_model_dense_len(m);
+	s->rows = (size_t)SS_SPARSE * s->per * (size_t)m->emb_dim;
+	s->w = calloc((size_t)world, sizeof(float *));
+	s->acc = calloc((size_t)world, sizeof(float *));
+	if (!s->w || !s->acc)
+		return ss_error_set(-ENOMEM, NULL, NULL, "%d shards", world);
+	return 0;
+}
+
+static void ss_shards_free(struct ss_shard_set *s)
+{
+	for (int k = 0; s->w && k < s->world; k++) {
+		free(s->w[k]);
+		free(s->acc[k]);
+	}
+	free(s->w);
+	free(s->acc);
+}
+
+/* Shard @k's memory (the accumulators too); zeroed. */
+static int ss_shard_alloc(struct ss_shard_set *s, int k)
+{
+	s->w[k] = calloc(s->dense + s->rows, sizeof(float));
+	s->acc[k] = calloc(s->dense + s->rows, sizeof(float));
+	if (!s->w[k] || !s->acc[k])
+		return ss_error_set(
+			-ENOMEM, NULL,
+			"resharding holds the whole model in memory",
+			"shard %d (%zu floats)", k, s->dense + s->rows);
+	return 0;
+}
+
+static int ss_shards_read(struct ss_shard_set *s, const char *from,
+			  uint64_t model_hash)
+{
+	char path[4096];
+
+	for (int k = 0; k < s->world; k++) {
+		struct ss_checkpoint_part p = { NULL, 0 }, st = { NULL, 0 };
+		uint64_t examples = 0;
+		bool has = false;
+		int rc = ss_shard_alloc(s, k);
+
+		if (rc < 0)
+			return rc;
+		p = (struct ss_checkpoint_part){ s->w[k], s->dense + s->rows };
+		st = (struct ss_checkpoint_part){ s->acc[k],
+						  s->dense + s->rows };
+		ss_rank_path(from, k, path, sizeof(path));
+		rc = ss_checkpoint_load_parts(
+			path, &p, 1, &st, 1,
+			ss_shard_layout_hash(model_hash, s->world, k),
+			&examples, &has);
+		if (rc < 0)
+			return ss_error_prefix(
+				"--from (shard %d of %d; the model options must "
+				"be the saving job's)",
+				k, s->world);
+		if (k > 0 && has != s->has_acc)
+			return ss_error_set(SS_EPARSE,
+					    "some shards hold accumulators, "
+					    "others not",
+					    "they come from different jobs",
+					    "'%s'", path);
+		s->has_acc = has;
+		s->examples += examples;
+	}
+	return 0;
+}
+
+/* New shard @j of @to: its rows from the old shards, by place r'. */
+static void ss_shard_fill(const struct ss_shard_set *old,
+			  struct ss_shard_set *to, int j,
+			  const struct ss_model_config *m)
+{
+	size_t W = (size_t)m->emb_dim;
+
+	memcpy(to->w[j], old->w[0], old->dense * sizeof(float));
+	memcpy(to->acc[j], old->acc[0], old->dense * sizeof(float));
+	for (int t = 0; t < SS_SPARSE; t++)
+		for (uint32_t p = (uint32_t)j; p < m->hash_size;
+		     p += (uint32_t)to->world) {
+			int k = (int)(p % (uint32_t)old->world);
+			size_t src = old->dense + ((size_t)t * old->per +
+						   p / (uint32_t)old->world) *
+							  W,
+			       dst = to->dense + ((size_t)t * to->per +
+						  p / (uint32_t)to->world) *
+							 W;
+
+			memcpy(to->w[j] + dst, old->w[k] + src,
+			       W * sizeof(float));
+			memcpy(to->acc[j] + dst, old->acc[k] + src,
+			       W * sizeof(float));
+		}
+}
+
+static int ss_reshard(const struct ss_model_config *m, const char *from,
+		      long ranks, const char *to_path, long new_ranks)
+{
+	struct ss_shard_set old = { 0 }, to = { 0 };
+	uint64_t hash = ss_layout_hash(m);
+	char path[4096];
+	int rc = ss_shards_alloc(&old, m, (int)ranks);
+
+	if (rc == 0)
+		rc = ss_shards_alloc(&to, m, (int)new_ranks);
+	if (rc == 0)
+		rc = ss_shards_read(&old, from, hash);
+	for (int j = 0; rc == 0 && j < to.world; j++) {
+		struct ss_checkpoint_part p, st;
+		uint64_t examples =
+			old.examples / (uint64_t)to.world +
+			(j == 0 ? old.examples % (uint64_t)to.world : 0);
+
+		rc = ss_shard_alloc(&to, j);
+		if (rc < 0)
+			break;
+		ss_shard_fill(&old, &to, j, m);
+		p = (struct ss_checkpoint_part){ to.w[j], to.dense + to.rows };
+		st = (struct ss_checkpoint_part){ to.acc[j],
+						  to.dense + to.rows };
+		ss_rank_path(to_path, j, path, sizeof(path));
+		rc = ss_checkpoint_save_parts(
+			path, &p, 1, old.has_acc ? &st : NULL,
+			old.has_acc ? 1 : 0,
+			ss_shard_layout_hash(hash, to.world, j), examples);
+		if (rc < 0) {
+			ss_error_prefix("--to");
+			break;
+		}
+		free(to.w[j]);
+		free(to.acc[j]);
+		to.w[j] = to.acc[j] = NULL;
+		printf("wrote %s: shard %d of %d\n", path, j, to.world);
+	}
+	if (rc == 0)
+		printf("resharded %ld shards into %ld (%" PRIu64
+		       " examples seen in all%s)\n",
+		       ranks, new_ranks, old.examples,
+		       old.has_acc ? ", Adagrad's accumulators" : "");
+	ss_shards_free(&old);
+	ss_shards_free(&to);
+	return rc;
+}
+
+int ss_cmd_reshard(int argc, char **argv)
+{
+	enum {
+		OPT_FROM = 256,
+		OPT_TO,
+		OPT_RANKS,
+		OPT_NEW,
+		OPT_EMB,
+		OPT_BOTTOM,
+		OPT_TOP,
+		OPT_HASH
+	};
+	static const struct option options[] = {
+		{ "from", required_argument, NULL, OPT_FROM },
+		{ "to", required_argument, NULL, OPT_TO },
+		{ "ranks", required_argument, NULL, OPT_RANKS },
+		{ "new-ranks", required_argument, NULL, OPT_NEW },
+		{ "emb-dim", required_argument, NULL, OPT_EMB },
+		{ "bottom", required_argument, NULL, OPT_BOTTOM },
+		{ "top", required_argument, NULL, OPT_TOP },
+		{ "hash-size", required_argument, NULL, OPT_HASH },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ss_model_config m;
+	const char *from = NULL, *to = NULL;
+	long ranks = 0, new_ranks = 0;
+	int opt, rc = 0;
+
+	ss_model_config_init(&m);
+	optind = 1;
+	while (rc == 0 &&
+	       (opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_FROM:
+			from = optarg;
+			break;
+		case OPT_TO:
+			to = optarg;
+			break;
+		case OPT_RANKS:
+			rc = ss_parse_long("--ranks", optarg, 1,
+					   SS_FABRIC_MAX_PEERS, &ranks);
+			break;
+		case OPT_NEW:
+			rc = ss_parse_long("--new-ranks", optarg, 1,
+					   SS_FABRIC_MAX_PEERS, &new_ranks);
+			break;
+		case OPT_EMB:
+			rc = ss_cmd_model_option("--emb-dim", optarg, &m);
+			break;
+		case OPT_BOTTOM:
+			rc = ss_cmd_model_option("--bottom", optarg, &m);
+			break;
+		case OPT_TOP:
+			rc = ss_cmd_model_option("--top", optarg, &m);
+			break;
+		case OPT_HASH:
+			rc = ss_cmd_model_option("--hash-size", optarg, &m);
+			break;
+		case 'h':
+			ss_reshard_usage(stdout);
+			return SS_EXIT_OK;
+		default:
+			return ss_cmd_unknown_option("reshard", argv);
+		}
+	}
+	if (rc == 0)
+		rc = ss_cmd_no_more_args(argc, argv);
+	if (rc == 0 && (!from || !to || !ranks || !new_ranks))
+		rc = ss_error_set(SS_EUSAGE, "all four are required",
+				  "shadowsync reshard --from 'ckpt.{rank}' "
+				  "--ranks 4 --to 'new.{rank}' --new-ranks 2",
+				  "--from, --ranks, --to and --new-ranks");
+	if (rc == 0 && (!strstr(from, "{rank}") || !strstr(to, "{rank}")))
+		rc = ss_error_set(SS_EUSAGE, "it must contain {rank}",
+				  "one file a shard: 'ckpt.{rank}'", "%s",
+				  strstr(from, "{rank}") ? "--to" : "--from");
+	if (rc == 0) {
+		ss_cmd_model_top_spelling(&m);
+		rc = ss_model_check(&m);
+	}
+	if (rc == 0)
+		rc = ss_reshard(&m, from, ranks, to, new_ranks);
+	return rc < 0 ? ss_cmd_fail(ss_reshard_prog, rc) : SS_EXIT_OK;
+}
