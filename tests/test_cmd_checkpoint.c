@@ -163,18 +163,20 @@ Test(cmd_checkpoint, truncated_corrupted_and_foreign_files_are_refused)
 	cr_assert(strstr(out, "--save-every: it needs --save"), "%s", out);
 }
 
-/* With {rank} in the path each rank writes its own file; without, rank 0. */
+/* With {rank} in the path each rank writes its own file; without (and the
+ * tables replicated, so that every rank holds the same model), rank 0. */
 Test(cmd_checkpoint, ranks_save_their_own_file_when_the_path_names_them)
 {
 	char out[8192];
-	int port = 27000 + getpid() % 500 * 4;
+	int port = 27000 + getpid() % 500 * 8;
 
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
 			 " --threads 1 --progress 0 --save r{rank}.ckpt "
 			 "--save-every 1 2>&1 && "
 			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
-			 " --threads 1 --progress 0 --save one.ckpt 2>&1 && ls",
+			 " --threads 1 --progress 0 --tables replicated "
+			 "--save one.ckpt 2>&1 && ls",
 			 port, port + 2),
 		     0, "%s", out);
 	cr_assert(strstr(out, "r0.ckpt\nr1.ckpt\n"), "%s", out);

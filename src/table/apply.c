@@ -4,8 +4,7 @@
  * applied to our shard in the order they came, and the count of those
  * applied published in the head region for the senders to READ.
  */
-#include <math.h>
-
+#include "base/adagrad.h"
 #include "base/hogwild.h"
 #include "table_internal.h"
 
@@ -21,12 +20,8 @@ SS_HOGWILD void ss__table_apply(struct ss_table *tb, uint32_t slot,
 			row[i] -= lr * g[i];
 		return;
 	}
-	float *acc = tb->acc + (size_t)slot * width, eps = tb->opts.eps;
-
-	for (size_t i = 0; i < width; i++) {
-		acc[i] += g[i] * g[i];
-		row[i] -= lr * g[i] / (sqrtf(acc[i]) + eps);
-	}
+	ss__adagrad(row, tb->acc + (size_t)slot * width, g, width, lr,
+		    tb->opts.eps);
 }
 
 void ss__table_log_arrived(struct ss_table *tb, const struct ss_completion *c)

@@ -100,7 +100,8 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 				    client);
 	ss_plan_lookup(tb, l, ids, n);
 	atomic_store_explicit(&l->state, SS__LOOKUP_POSTED,
-			      memory_order_release);
+			      memory_order_seq_cst);
+	ss__table_wake(tb);
 	return 0;
 }
 
@@ -168,6 +169,7 @@ bool ss__table_post_lookups(struct ss_table *tb)
 						   SS__WR(SS__WR_LOOKUP, who,
 							  (uint32_t)k)) == 0) {
 					l->pending++;
+					tb->outstanding++;
 				} else {
 					/* its owner is gone: a neutral row */
 					memset(l->stage +

@@ -7,6 +7,7 @@
  * READs of all clients to one owner go out back to back.
  */
 #include <stdlib.h>
+#include <time.h>
 
 #include "table_internal.h"
 
@@ -48,6 +49,8 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 		ss__table_log_arrived(tb, c);
 		return;
 	}
+	if (SS__WR_KIND(c->wr_id) != SS__WR_BARRIER)
+		tb->outstanding--;
 	switch (SS__WR_KIND(c->wr_id)) {
 	case SS__WR_LOOKUP:
 		ss__table_lookup_done(tb, c);
@@ -68,7 +71,7 @@ static bool ss_post_barrier(struct ss_table *tb)
 {
 	uint32_t want = atomic_load(&tb->barrier_wanted);
 
-	if (want == tb->barrier_sent)
+	if (want == atomic_load(&tb->barrier_sent))
 		return false;
 	for (int p = 0; p < tb->world; p++)
 		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p))
@@ -76,8 +79,63 @@ static bool ss_post_barrier(struct ss_table *tb)
 					    SS_TABLE_R_LOG, 0, 0,
 					    SS__IMM_BARRIER | want,
 					    SS__WR(SS__WR_BARRIER, 0, 0));
-	tb->barrier_sent = want;
+	atomic_store(&tb->barrier_sent, want);
 	return true;
+}
+
+/* Whether a client has posted anything the proxy has yet to take. */
+static bool ss_work_posted(struct ss_table *tb)
+{
+	/* a flush waits for the heads, which the proxy reads */
+	if (atomic_load(&tb->barrier_wanted) !=
+		    atomic_load(&tb->barrier_sent) ||
+	    atomic_load(&tb->flushing))
+		return true;
+	for (int c = 0; c < tb->opts.clients; c++) {
+		struct ss__table_client *cl = &tb->client[c];
+
+		if (atomic_load(&cl->push_tail) != atomic_load(&cl->push_head))
+			return true;
+		for (int s = 0; s < tb->opts.depth; s++)
+			if (atomic_load(&cl->lookup[s].state) ==
+			    SS__LOOKUP_POSTED)
+				return true;
+	}
+	return false;
+}
+
+/*
+ * Sleep until a client posts, at most a millisecond.  The flag is set
+ * before the last look for work, and a client sets its work before it
+ * looks at the flag (both sequentially consistent), and signals under the
+ * lock the sleeper waits with: no wakeup is lost.
+ */
+static void ss_proxy_sleep(struct ss_table *tb)
+{
+	struct timespec until;
+
+	pthread_mutex_lock(&tb->idle_lock);
+	atomic_store(&tb->sleeping, true);
+	if (!ss_work_posted(tb) && !atomic_load(&tb->stop)) {
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		until.tv_nsec += 1000000;
+		if (until.tv_nsec >= 1000000000) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&tb->idle_cond, &tb->idle_lock, &until);
+	}
+	atomic_store(&tb->sleeping, false);
+	pthread_mutex_unlock(&tb->idle_lock);
+}
+
+void ss__table_wake(struct ss_table *tb)
+{
+	if (!atomic_load(&tb->sleeping))
+		return;
+	pthread_mutex_lock(&tb->idle_lock);
+	pthread_cond_signal(&tb->idle_cond);
+	pthread_mutex_unlock(&tb->idle_lock);
 }
 
 void *ss__table_proxy(void *arg)
@@ -103,13 +161,18 @@ void *ss__table_proxy(void *arg)
 		did |= ss__table_apply_logs(tb);
 		/*
 		 * Idle: spin a little (a lookup posted now is served at
-		 * once), then nap, so that an idle proxy takes no core from
+		 * once); with operations in flight, nap briefly between
+		 * polls for their completions; with none, sleep until a
+		 * client posts, or a millisecond (what the peers WRITE into
+		 * our logs is taken then).  An idle proxy takes no core from
 		 * the trainers.
 		 */
 		if (did)
 			idle = 0;
-		else if (++idle > 50)
-			ss_sleep_ns(50000);
+		else if (++idle > 50 && tb->outstanding > 0)
+			ss_sleep_ns(10000);
+		else if (idle > 50)
+			ss_proxy_sleep(tb);
 	}
 	free(epoch);
 	return NULL;

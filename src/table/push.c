@@ -69,7 +69,9 @@ int ss_table_push(struct ss_table *tb, int client, const uint64_t *ids,
 			atomic_store_explicit(&cl->push_tail, tail,
 					      memory_order_release);
 	}
-	atomic_store_explicit(&cl->push_tail, tail, memory_order_release);
+	atomic_store_explicit(&cl->push_tail, tail, memory_order_seq_cst);
+	if (local < (uint64_t)n)
+		ss__table_wake(tb);
 	ss__table_count(&tb->st.pushed_local, local);
 	ss__table_count(&tb->st.dropped, dropped);
 	return 0;
@@ -88,8 +90,10 @@ static void ss_read_head(struct ss_table *tb, int o)
 	if (ss_fabric_read(tb->fabric, o, tb->r_local, off, SS_TABLE_R_HEAD,
 			   (size_t)tb->rank * sizeof(uint64_t),
 			   sizeof(uint64_t),
-			   SS__WR(SS__WR_HEAD, (uint32_t)o, 0)) == 0)
+			   SS__WR(SS__WR_HEAD, (uint32_t)o, 0)) == 0) {
 		ob->head_reading = true;
+		tb->outstanding++;
+	}
 }
 
 void ss__table_head_done(struct ss_table *tb, const struct ss_completion *c)
@@ -168,6 +172,7 @@ static void ss_post_log(struct ss_table *tb, int o)
 					 __ATOMIC_RELEASE);
 		} else {
 			ss__table_count(&tb->st.pushed, n);
+			tb->outstanding++;
 		}
 		ob->posted += n;
 	}

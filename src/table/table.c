@@ -274,6 +274,19 @@ static int ss_table_clients(struct ss_table *tb)
 	return 0;
 }
 
+/* The proxy's sleep: a condition on the monotonic clock. */
+static void ss_table_idle_init(struct ss_table *tb)
+{
+	pthread_condattr_t attr;
+
+	pthread_mutex_init(&tb->idle_lock, NULL);
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&tb->idle_cond, &attr);
+	pthread_condattr_destroy(&attr);
+	tb->idle_ready = true;
+}
+
 int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 		  const struct ss_fabric_options *fabric_opts)
 {
@@ -319,6 +332,7 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	if (rc)
 		goto fail;
 	ss_table_init_shard(tb);
+	ss_table_idle_init(tb);
 	rc = ss_fabric_connect(tb->fabric);
 	if (rc) {
 		ss_error_prefix("table endpoint of rank %d", tb->rank);
@@ -346,7 +360,12 @@ void ss_table_close(struct ss_table **table)
 	if (tb->proxy_started) {
 		ss_table_flush(tb, tb->opts.timeout_ms);
 		atomic_store(&tb->stop, true);
+		ss__table_wake(tb);
 		pthread_join(tb->proxy, NULL);
+	}
+	if (tb->idle_ready) {
+		pthread_cond_destroy(&tb->idle_cond);
+		pthread_mutex_destroy(&tb->idle_lock);
 	}
 	ss_fabric_close(&tb->fabric);
 	for (int c = 0; tb->client && c < tb->opts.clients; c++) {
@@ -382,6 +401,7 @@ int ss_table_flush(struct ss_table *tb, unsigned timeout_ms)
 	int rc = 0;
 
 	atomic_fetch_add(&tb->flushing, 1);
+	ss__table_wake(tb);
 	while (!ss__table_pushes_settled(tb)) {
 		if (ss_deadline_passed(deadline)) {
 			rc = ss_error_set(-ETIMEDOUT,
@@ -400,6 +420,19 @@ int ss_table_barrier(struct ss_table *tb, unsigned timeout_ms)
 	uint64_t deadline = ss_deadline_ns(timeout_ms);
 	uint32_t want = atomic_fetch_add(&tb->barrier_wanted, 1) + 1;
 
+	ss__table_wake(tb);
+
+	/*
+	 * Ours sent (a rank that leaves the barrier and closes at once must
+	 * not take its message with it), and every live peer's come.
+	 */
+	while (atomic_load(&tb->barrier_sent) < want) {
+		if (ss_deadline_passed(deadline))
+			return ss_error_set(
+				-ETIMEDOUT, "the proxy never sent it", NULL,
+				"table barrier of rank %d", tb->rank);
+		ss_sleep_ns(20000);
+	}
 	for (int p = 0; p < tb->world; p++)
 		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
 		       atomic_load(&tb->barrier_seen[p]) < want) {

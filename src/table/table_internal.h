@@ -107,12 +107,18 @@ struct ss_table {
 
 	pthread_t proxy;
 	bool proxy_started;
+	int outstanding; /* the proxy's operations not yet completed */
+	/* an idle proxy sleeps here; clients with work wake it */
+	pthread_mutex_t idle_lock;
+	pthread_cond_t idle_cond;
+	_Atomic bool sleeping;
+	bool idle_ready; /* lock and condition initialized */
 	_Atomic bool stop;
 	_Atomic bool paused; /* the applier */
 	_Atomic uint64_t flushing; /* flush requests in progress */
 	/* barriers: ours asked for (and sent by the proxy), each peer's */
 	_Atomic uint32_t barrier_wanted;
-	uint32_t barrier_sent;
+	_Atomic uint32_t barrier_sent;
 	_Atomic uint32_t *barrier_seen;
 	struct ss__table_stats st;
 };
@@ -152,6 +158,9 @@ ss__table_entry(const struct ss_table *tb, uint8_t *logs, int p, uint64_t pos)
 
 	return (struct ss__table_entry *)(logs + i * tb->entry_bytes);
 }
+
+/* A client posted work: wake the proxy if it sleeps. */
+void ss__table_wake(struct ss_table *tb);
 
 /* One gradient step of the row at @slot of our shard (Hogwild). */
 void ss__table_apply(struct ss_table *tb, uint32_t slot, const float *g);

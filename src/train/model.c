@@ -29,6 +29,7 @@
 #include <xmmintrin.h>
 #endif
 
+#include "base/adagrad.h"
 #include "base/hogwild.h"
 #include "base/mix.h"
 #include "base/wide.h"
@@ -494,45 +495,11 @@ float ss_optimizer_default_lr(enum ss_optimizer opt)
  * acc never decreases below what one writer stored and never goes
  * negative, since every store is a loaded value plus a square.
  */
-/*
- * Adagrad's loop, four floats at a time where SSE is there: GCC does not
- * vectorize it itself at -O2, sqrtf being a call that may set errno, and
- * the scalar square root and division cost a fifth of a step's time on the
- * default model.  sqrtps and divps round as sqrtss and divss do.
- */
-SS_HOGWILD static void ss_adagrad(float *p, float *acc, const float *g,
-				  size_t n, float lr, float eps)
-{
-	size_t i = 0;
-
-#ifdef __SSE__
-	for (; i + 4 <= n; i += 4) {
-		__m128 gi = _mm_loadu_ps(g + i),
-		       a = _mm_add_ps(_mm_loadu_ps(acc + i),
-				      _mm_mul_ps(gi, gi));
-
-		_mm_storeu_ps(acc + i, a);
-		_mm_storeu_ps(
-			p + i,
-			_mm_sub_ps(_mm_loadu_ps(p + i),
-				   _mm_div_ps(_mm_mul_ps(_mm_set1_ps(lr), gi),
-					      _mm_add_ps(_mm_sqrt_ps(a),
-							 _mm_set1_ps(eps)))));
-	}
-#endif
-	for (; i < n; i++) {
-		float a = acc[i] + g[i] * g[i];
-
-		acc[i] = a;
-		p[i] -= lr * g[i] / (sqrtf(a) + eps);
-	}
-}
-
 SS_HOGWILD static void ss_update(float *p, float *acc, const float *g, size_t n,
 				 const struct ss_optim *o)
 {
 	if (acc) {
-		ss_adagrad(p, acc, g, n, o->lr, o->eps);
+		ss__adagrad(p, acc, g, n, o->lr, o->eps);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)

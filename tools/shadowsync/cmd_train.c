@@ -55,6 +55,8 @@ int ss_cmd_train(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = ss_train_peers(&c);
+	if (rc == 0)
+		rc = ss_train_resolve_tables(&c);
 	if (rc == 0 && stat(c.train.data, &st) < 0)
 		rc = ss_error_set(-errno, NULL, "check the --data path",
 				  "data file '%s'", c.train.data);
@@ -163,6 +165,9 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc < 0)
 			goto out;
 		c.train.table = c.table;
+		/* the tables took --lr; the trainers' step is the MLPs' */
+		if (c.dense_lr > 0)
+			c.train.lr = c.dense_lr;
 	}
 	/*
 	 * The data: by chunks claimed as the trainers go, or this rank's

@@ -50,6 +50,7 @@ struct ss_train_cmd {
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
 	const char *blas; /* the BLIS kernels' name */
 	int tables; /* --tables: enum ss_tables_kind */
+	float dense_lr; /* --dense-lr; 0: --lr */
 	struct ss_table *table; /* --tables sharded */
 	struct ss_table_stats trained; /* its stats when training ended */
 	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
@@ -79,6 +80,12 @@ struct ss_progress {
 
 /* ss_train_parse() - the options into @c; 1 after --help, or an error. */
 int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c);
+
+/*
+ * ss_train_resolve_tables() - --tables by the world size when not given
+ * (sharded with several ranks), and the options that depend on it.
+ */
+int ss_train_resolve_tables(struct ss_train_cmd *c);
 
 /*
  * ss_train_peers() - every rank's address and this rank, from --peers,

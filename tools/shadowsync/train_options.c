@@ -43,6 +43,8 @@ static void ss_train_usage(FILE *out)
 		"  --optimizer O          adagrad (default) or sgd; Adagrad's accumulators\n"
 		"                         stay on this node, shared by its trainers, not synced\n"
 		"  --lr X                 learning rate (default 0.01 for adagrad, 0.1 for sgd)\n"
+		"  --dense-lr X           sharded: the MLPs' rate, the tables keeping --lr\n"
+		"                         (default: --lr)\n"
 		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
 		"  --epochs N             passes over the data (default 1)\n"
 		"  --oversubscribe        allow more trainers than cores\n"
@@ -53,11 +55,12 @@ static void ss_train_usage(FILE *out)
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
 		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
-		"  --tables T             replicated (default): every rank a copy of the\n"
-		"                         tables, synchronized with the MLPs; sharded: one\n"
-		"                         copy of each row in all, at its owner rank, read\n"
-		"                         and updated one-sided, the MLPs synchronized;\n"
-		"                         local: each rank its own tables, not synchronized\n"
+		"  --tables T             sharded (default with several ranks): one copy of\n"
+		"                         each row in all, at its owner rank, read and\n"
+		"                         updated one-sided, the MLPs synchronized;\n"
+		"                         replicated (default for one): every rank a copy\n"
+		"                         of the tables, synchronized with the MLPs; local:\n"
+		"                         each rank its own tables, not synchronized\n"
 		"  --prefetch D           sharded: the rows of the next D batches are read\n"
 		"                         while this one computes (1; 0: each step applied\n"
 		"                         before the next reads, exact and slow)\n"
@@ -98,6 +101,7 @@ enum {
 	OPT_THREADS,
 	OPT_BATCH,
 	OPT_LR,
+	OPT_DENSE_LR,
 	OPT_OPTIMIZER,
 	OPT_ADAGRAD_EPS,
 	OPT_EPOCHS,
@@ -149,6 +153,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "lr", required_argument, NULL, OPT_LR },
+		{ "dense-lr", required_argument, NULL, OPT_DENSE_LR },
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
 		{ "epochs", required_argument, NULL, OPT_EPOCHS },
@@ -205,6 +210,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->progress = 5;
 	c->port = 7000;
 	c->split = -1;
+	c->tables = -1; /* by the world size, once known */
 	c->train.prefetch = 1;
 	if (key && *key &&
 	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
@@ -252,6 +258,11 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
 			c->train.lr = (float)d;
 			lr_given = true;
+			break;
+		case OPT_DENSE_LR:
+			rc = ss_parse_double("--dense-lr", optarg, 1e-9, 100,
+					     &d);
+			c->dense_lr = (float)d;
 			break;
 		case OPT_OPTIMIZER:
 			rc = ss_optimizer_parse("--optimizer", optarg,
@@ -409,18 +420,35 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
-	if (c->tables == SS_TABLES_SHARDED &&
-	    ((c->save && !strstr(c->save, "{rank}")) ||
-	     (c->load && !strstr(c->load, "{rank}"))))
-		return ss_error_set(
-			SS_EUSAGE,
-			"with --tables sharded every rank saves "
-			"its own shard",
-			"put {rank} in the path: 'ckpt.{rank}'", "%s",
-			c->save && !strstr(c->save, "{rank}") ? "--save" :
-								"--load");
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);
 	return ss_model_check(&c->model);
+}
+
+int ss_train_resolve_tables(struct ss_train_cmd *c)
+{
+	const char *why =
+		c->tables < 0 ? " (the default with several ranks)" : "";
+
+	if (c->tables < 0)
+		c->tables = c->fabric.world > 1 ? SS_TABLES_SHARDED :
+						  SS_TABLES_REPLICATED;
+	if (c->tables == SS_TABLES_SHARDED &&
+	    ((c->save && !strstr(c->save, "{rank}")) ||
+	     (c->load && !strstr(c->load, "{rank}"))))
+		return ss_error_set(
+			SS_EUSAGE, "every rank saves its own shard",
+			"put {rank} in the path: 'ckpt.{rank}' (or train with "
+			"--tables replicated, whose ranks hold the same model)",
+			"%s with --tables sharded%s",
+			c->save && !strstr(c->save, "{rank}") ? "--save" :
+								"--load",
+			why);
+	if (c->dense_lr > 0 && c->tables != SS_TABLES_SHARDED)
+		return ss_error_set(SS_EUSAGE, "only with --tables sharded",
+				    "elsewhere one step updates the tables and "
+				    "the MLPs: set --lr",
+				    "--dense-lr");
+	return 0;
 }
