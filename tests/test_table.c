@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "ranks.h"
 #include "table/table_internal.h"
@@ -386,6 +387,70 @@ Test(table, table_addresses_follow_the_sync_ones)
 	sync[1] = "node2";
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->what, "node2"));
+}
+
+/*
+ * An owner that dies (its process ends without closing): the other rank
+ * keeps going; lookups of its rows give them as last fetched, pushes to
+ * it are dropped and counted, and flush and barrier do not wait for it.
+ */
+static int body_owner_dies(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[20], deadline;
+	float before[20][WIDTH], g[20 * WIDTH];
+	const float *rows[20];
+	struct ss_table_stats st;
+	int n = 0;
+
+	if (rank == 1) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not ready");
+		_exit(0); /* as a crash: nothing closed, nothing said */
+	}
+	for (uint32_t r = 0; n < 20; r++)
+		if (ss_table_owner(t, 0, r) == 1)
+			ids[n++] = r;
+	rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, 20), "lookup");
+	rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
+	for (int i = 0; i < 20; i++)
+		memcpy(before[i], rows[i], sizeof(before[i]));
+	atomic_store(&job->sh->phase, 1);
+	deadline = ss_deadline_ns(30000);
+	while (ss_fabric_peer_ok(ss_table_fabric(t), 1))
+		rank_fail_if(rank, ss_deadline_passed(deadline),
+			     "rank 1's death never noticed");
+	rank_fail_if(rank, ss_table_lookup(t, 0, 1, ids, 20), "lookup again");
+	rank_fail_if(rank, ss_table_wait(t, 0, 1, rows), "wait again");
+	for (int i = 0; i < 20; i++)
+		rank_fail_if(rank,
+			     memcmp(before[i], rows[i], sizeof(before[i])) != 0,
+			     "row %llu not as last fetched",
+			     (unsigned long long)ids[i]);
+	for (int i = 0; i < 20; i++)
+		gradient(ids[i], 0, g + i * WIDTH);
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 20), "push");
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	rank_fail_if(rank, ss_table_barrier(t, 10000), "barrier");
+	ss_table_stats(t, &st);
+	rank_fail_if(rank, st.rows_stale != 20 || st.rows_cached != 20,
+		     "%llu stale, %llu from the cache; want 20 and 20",
+		     (unsigned long long)st.rows_stale,
+		     (unsigned long long)st.rows_cached);
+	rank_fail_if(rank, st.dropped != 20 || st.pushed != 0,
+		     "%llu dropped, %llu sent; want 20 and 0",
+		     (unsigned long long)st.dropped,
+		     (unsigned long long)st.pushed);
+	return 0;
+}
+
+Test(table, a_dead_owner_s_rows_are_served_as_last_fetched, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_owner_dies };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.max_rows = 64;
+	run(&job);
 }
 
 /* ---- training on sharded tables ---------------------------------------- */

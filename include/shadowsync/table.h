@@ -34,6 +34,7 @@
 
 #include "shadowsync/base.h"
 #include "shadowsync/fabric.h"
+#include "shadowsync/topo.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -56,12 +57,27 @@ struct ss_table_options {
 	int max_rows; /* rows in one lookup or push, at most */
 	int depth; /* lookups in flight per client (1 + prefetch) */
 	uint32_t log_entries; /* gradient log per sender at each owner */
+	/*
+	 * Rows each client keeps of what it fetched last (direct-mapped,
+	 * a power of two; 0: none): a row whose owner has failed is served
+	 * from there, as last fetched, instead of zeros.
+	 */
+	uint32_t cache_rows;
 	unsigned timeout_ms; /* a lookup, and credits for a push */
+	/*
+	 * Optional placement (NULL: none): every region bound to NUMA node
+	 * @numa of @topo before it is registered, and the proxy thread (the
+	 * applier) pinned to @proxy_slot, near the NIC as the plan has it.
+	 */
+	struct ss_topo *topo;
+	int numa;
+	const struct ss_plan_slot *proxy_slot;
 };
 
 /*
  * ss_table_options_init() - one table of 1000 rows of 16, SGD at 0.1,
- * 1 client, 4096 rows a lookup, depth 2, logs of 16384 entries, 5 s.
+ * 1 client, 4096 rows a lookup, depth 2, logs of 16384 entries, a cache
+ * of 65536 rows per client, 5 s.
  */
 void ss_table_options_init(struct ss_table_options *opts);
 
@@ -139,9 +155,11 @@ int ss_table_lookup(struct ss_table *table, int client, int slot,
 /*
  * ss_table_wait() - wait for slot @slot's lookup and point @rows[i] at row
  * i: in place for the own shard, in the staging area for the others
- * (valid until the slot is posted again).  A row whose owner failed, or
- * whose READ did not complete within the timeout, holds the values last
- * fetched into its place (counted as stale).  Returns 0, or -EINVAL.
+ * (valid until the slot is posted again).  A row whose owner failed
+ * holds its values as this client last fetched them (from the cache;
+ * zeros when it has none), counted as stale; after a wait past the
+ * timeout the rows still on their way may be torn.  Returns 0, or
+ * -EINVAL.
  */
 int ss_table_wait(struct ss_table *table, int client, int slot,
 		  const float **rows);
@@ -183,6 +201,7 @@ struct ss_table_stats {
 	uint64_t rows_local, rows_remote; /* rows looked up, by where */
 	uint64_t rows_fetched; /* READs: a row used twice in a lookup, once */
 	uint64_t rows_stale; /* owner failed or READ late */
+	uint64_t rows_cached; /* of those, served as last fetched */
 	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */
 	uint64_t pushed_local, pushed; /* gradients applied here, sent */
 	uint64_t dropped; /* gradients never sent, or whose WRITE failed */

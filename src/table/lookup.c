@@ -20,8 +20,8 @@ static struct ss__table_lookup *ss_slot(struct ss_table *tb, int client,
 	return &tb->client[client].lookup[slot];
 }
 
-/* Wait, at most the timeout, for a slot's READs to be over. */
-static int ss_wait_done(struct ss_table *tb, struct ss__table_lookup *l)
+/* Wait, at most @ms, for a slot's READs to be over. */
+static int ss_wait_done(struct ss__table_lookup *l, uint64_t ms)
 {
 	uint64_t deadline = 0;
 	unsigned spins = 0;
@@ -31,12 +31,42 @@ static int ss_wait_done(struct ss_table *tb, struct ss__table_lookup *l)
 		if (++spins < 256)
 			continue;
 		if (!deadline)
-			deadline = ss_deadline_ns(tb->opts.timeout_ms);
+			deadline = ss_deadline_ns(ms);
 		if (ss_deadline_passed(deadline))
 			return -ETIMEDOUT;
 		ss_sleep_ns(2000);
 	}
 	return 0;
+}
+
+/* The fetches in owner order (a counting sort), the rows renumbered. */
+static void ss_sort_by_owner(struct ss_table *tb, struct ss__table_lookup *l)
+{
+	int32_t *at = l->by_owner;
+
+	memset(at, 0, ((size_t)tb->world + 1) * sizeof(*at));
+	for (int k = 0; k < l->n_fetch; k++)
+		at[l->fetch_owner[k] + 1]++;
+	for (int o = 0; o < tb->world; o++)
+		at[o + 1] += at[o];
+	memcpy(l->cursor, at, (size_t)tb->world * sizeof(*at));
+	for (int k = 0; k < l->n_fetch; k++) {
+		int32_t to = l->cursor[l->fetch_owner[k]]++;
+
+		l->renumber[k] = to;
+		l->tmp_owner[to] = l->fetch_owner[k];
+		l->tmp_slot[to] = l->fetch_slot[k];
+		l->tmp_id[to] = l->fetch_id[k];
+	}
+	memcpy(l->fetch_owner, l->tmp_owner,
+	       (size_t)l->n_fetch * sizeof(*l->fetch_owner));
+	memcpy(l->fetch_slot, l->tmp_slot,
+	       (size_t)l->n_fetch * sizeof(*l->fetch_slot));
+	memcpy(l->fetch_id, l->tmp_id,
+	       (size_t)l->n_fetch * sizeof(*l->fetch_id));
+	for (int i = 0; i < l->n; i++)
+		if (l->where[i] >= 0)
+			l->where[i] = l->renumber[l->where[i]];
 }
 
 /*
@@ -75,6 +105,8 @@ static void ss_plan_lookup(struct ss_table *tb, struct ss__table_lookup *l,
 		}
 		l->where[i] = l->seen[h];
 	}
+	ss_sort_by_owner(tb, l);
+	memset(l->failed, 0, (size_t)l->n_fetch);
 }
 
 int ss_table_lookup(struct ss_table *tb, int client, int slot,
@@ -93,9 +125,11 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 					    (unsigned long long)ids[i]);
 	/* a wait that timed out left READs in flight into this slot */
 	if (atomic_load(&l->state) != SS__LOOKUP_FREE &&
-	    ss_wait_done(tb, l) < 0)
+	    ss_wait_done(l, ss__table_silence_ns(tb) / 1000000 +
+				    tb->opts.timeout_ms) < 0)
 		return ss_error_set(-EBUSY, "its last READs never completed",
-				    "the fabric fails a silent peer in time",
+				    "a silent peer should have been failed by "
+				    "now: report this",
 				    "table lookup slot %d of client %d", slot,
 				    client);
 	ss_plan_lookup(tb, l, ids, n);
@@ -103,6 +137,36 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 			      memory_order_seq_cst);
 	ss__table_wake(tb);
 	return 0;
+}
+
+/*
+ * The client's cache of rows as last fetched: each row that came goes
+ * in, each whose READ failed comes out (or stays zero).
+ */
+static void ss_cache_rows(struct ss_table *tb, struct ss__table_client *cl,
+			  struct ss__table_lookup *l)
+{
+	size_t width = (size_t)tb->opts.width, bytes = width * sizeof(float);
+	uint64_t cached = 0;
+
+	if (!cl->cache)
+		return;
+	for (int k = 0; k < l->n_fetch; k++) {
+		size_t at =
+			(size_t)(l->fetch_id[k] * 0x9e3779b97f4a7c15ull >> 32) &
+			(tb->opts.cache_rows - 1);
+		float *row = l->stage + (size_t)k * width;
+
+		if (!l->failed[k]) {
+			cl->cache_id[at] = l->fetch_id[k];
+			memcpy(cl->cache + at * width, row, bytes);
+		} else if (cl->cache_id[at] == l->fetch_id[k]) {
+			memcpy(row, cl->cache + at * width, bytes);
+			cached++;
+		}
+	}
+	if (cached)
+		ss__table_count(&tb->st.rows_cached, cached);
 }
 
 int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
@@ -115,9 +179,11 @@ int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 		return ss_error_set(-EINVAL, "nothing posted there", NULL,
 				    "table wait on slot %d of client %d", slot,
 				    client);
-	if (ss_wait_done(tb, l) < 0)
+	if (ss_wait_done(l, tb->opts.timeout_ms) < 0)
 		/* what has come is there; the rest counts as stale */
 		ss__table_count(&tb->st.rows_stale, 1);
+	else
+		ss_cache_rows(tb, &tb->client[client], l);
 	ss__table_count(&tb->st.lookup_wait_ns, ss_now_ns() - start);
 	for (int i = 0; i < l->n; i++) {
 		if (l->where[i] < 0) {
@@ -135,59 +201,82 @@ int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 	return 0;
 }
 
+/* A slot whose READs are all posted and completed is done. */
+static void ss_maybe_done(struct ss__table_lookup *l)
+{
+	if (l->remaining == 0 && l->pending == 0)
+		atomic_store_explicit(&l->state, SS__LOOKUP_DONE,
+				      memory_order_release);
+}
+
+/*
+ * Post what @l has yet to post, owner by owner, as far as each owner's
+ * room in flight allows.  Returns whether anything was posted.
+ */
+static bool ss_post_fetches(struct ss_table *tb, struct ss__table_lookup *l,
+			    uint32_t who)
+{
+	size_t row_bytes = (size_t)tb->opts.width * sizeof(float),
+	       base = (size_t)((uint8_t *)l->stage -
+			       (uint8_t *)ss_region_ptr(tb->r_local));
+	bool did = false;
+
+	for (int o = 0; o < tb->world && l->remaining > 0; o++)
+		while (l->cursor[o] < l->by_owner[o + 1] &&
+		       tb->flight[o] < SS__TABLE_MAX_FLIGHT) {
+			int k = l->cursor[o]++;
+
+			l->remaining--;
+			did = true;
+			if (ss_fabric_read(tb->fabric, o, tb->r_local,
+					   base + (size_t)k * row_bytes,
+					   SS_TABLE_R_ROWS,
+					   (size_t)l->fetch_slot[k] * row_bytes,
+					   row_bytes,
+					   SS__WR(SS__WR_LOOKUP, who,
+						  (uint32_t)k)) == 0) {
+				l->pending++;
+				ss__table_posted(tb, o);
+			} else {
+				/* its owner is gone: as last fetched, or zero */
+				memset(l->stage +
+					       (size_t)k *
+						       (size_t)tb->opts.width,
+				       0, row_bytes);
+				l->failed[k] = 1;
+				ss__table_count(&tb->st.rows_stale, 1);
+			}
+		}
+	return did;
+}
+
 /* The proxy: READ the distinct remote rows of every slot posted since. */
 bool ss__table_post_lookups(struct ss_table *tb)
 {
-	size_t row_bytes = (size_t)tb->opts.width * sizeof(float);
-	size_t stage_off = (size_t)((uint8_t *)tb->stage -
-				    (uint8_t *)ss_region_ptr(tb->r_local));
 	bool did = false;
 
 	for (int c = 0; c < tb->opts.clients; c++)
 		for (int s = 0; s < tb->opts.depth; s++) {
 			struct ss__table_lookup *l = &tb->client[c].lookup[s];
 			uint32_t who = (uint32_t)c * 64u + (uint32_t)s;
-			size_t base =
-				stage_off + (size_t)((uint8_t *)l->stage -
-						     (uint8_t *)tb->stage);
+			int state = atomic_load_explicit(&l->state,
+							 memory_order_acquire);
 
-			if (atomic_load_explicit(&l->state,
-						 memory_order_acquire) !=
-			    SS__LOOKUP_POSTED)
-				continue;
-			did = true;
-			l->pending = 1; /* until all are posted */
-			for (int k = 0; k < l->n_fetch; k++) {
-				if (ss_fabric_read(tb->fabric,
-						   l->fetch_owner[k],
-						   tb->r_local,
-						   base + (size_t)k * row_bytes,
-						   SS_TABLE_R_ROWS,
-						   (size_t)l->fetch_slot[k] *
-							   row_bytes,
-						   row_bytes,
-						   SS__WR(SS__WR_LOOKUP, who,
-							  (uint32_t)k)) == 0) {
-					l->pending++;
-					tb->outstanding++;
-				} else {
-					/* its owner is gone: a neutral row */
-					memset(l->stage +
-						       (size_t)k *
-							       (size_t)tb->opts
-								       .width,
-					       0, row_bytes);
-					ss__table_count(&tb->st.rows_stale, 1);
-				}
-			}
-			if (--l->pending == 0)
-				atomic_store_explicit(&l->state,
-						      SS__LOOKUP_DONE,
-						      memory_order_release);
-			else
+			if (state == SS__LOOKUP_POSTED) {
+				memcpy(l->cursor, l->by_owner,
+				       (size_t)tb->world * sizeof(*l->cursor));
+				l->remaining = l->n_fetch;
+				l->pending = 0;
 				atomic_store_explicit(&l->state,
 						      SS__LOOKUP_IN_FLIGHT,
 						      memory_order_relaxed);
+				did = true;
+			} else if (state != SS__LOOKUP_IN_FLIGHT ||
+				   l->remaining == 0) {
+				continue;
+			}
+			did |= ss_post_fetches(tb, l, who);
+			ss_maybe_done(l);
 		}
 	return did;
 }
@@ -201,9 +290,9 @@ void ss__table_lookup_done(struct ss_table *tb, const struct ss_completion *c)
 		memset(l->stage + (size_t)SS__WR_B(c->wr_id) *
 					  (size_t)tb->opts.width,
 		       0, (size_t)tb->opts.width * sizeof(float));
+		l->failed[SS__WR_B(c->wr_id)] = 1;
 		ss__table_count(&tb->st.rows_stale, 1);
 	}
-	if (--l->pending == 0)
-		atomic_store_explicit(&l->state, SS__LOOKUP_DONE,
-				      memory_order_release);
+	l->pending--;
+	ss_maybe_done(l);
 }

@@ -6,6 +6,7 @@
  * owns the queue pairs, so nothing on the data path takes a lock, and the
  * READs of all clients to one owner go out back to back.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -40,6 +41,10 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 
 static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 {
+	if (c->peer >= 0 && c->peer < tb->world)
+		tb->answered_ns[c->peer] = ss_now_ns();
+	if (c->op != SS_OP_RECV_IMM && c->peer >= 0 && c->peer < tb->world)
+		tb->flight[c->peer]--;
 	if (c->op == SS_OP_RECV_IMM && (c->imm & SS__IMM_BARRIER)) {
 		atomic_store(&tb->barrier_seen[c->peer],
 			     c->imm & ~SS__IMM_BARRIER);
@@ -49,8 +54,7 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 		ss__table_log_arrived(tb, c);
 		return;
 	}
-	if (SS__WR_KIND(c->wr_id) != SS__WR_BARRIER)
-		tb->outstanding--;
+	tb->outstanding--;
 	switch (SS__WR_KIND(c->wr_id)) {
 	case SS__WR_LOOKUP:
 		ss__table_lookup_done(tb, c);
@@ -73,12 +77,18 @@ static bool ss_post_barrier(struct ss_table *tb)
 
 	if (want == atomic_load(&tb->barrier_sent))
 		return false;
+	/* all at once, when every live peer's queue has room */
 	for (int p = 0; p < tb->world; p++)
-		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p))
-			ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
-					    SS_TABLE_R_LOG, 0, 0,
-					    SS__IMM_BARRIER | want,
-					    SS__WR(SS__WR_BARRIER, 0, 0));
+		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		    tb->flight[p] >= SS__TABLE_MAX_FLIGHT)
+			return false;
+	for (int p = 0; p < tb->world; p++)
+		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		    ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
+					SS_TABLE_R_LOG, 0, 0,
+					SS__IMM_BARRIER | want,
+					SS__WR(SS__WR_BARRIER, 0, 0)) == 0)
+			ss__table_posted(tb, p);
 	atomic_store(&tb->barrier_sent, want);
 	return true;
 }
@@ -138,13 +148,45 @@ void ss__table_wake(struct ss_table *tb)
 	pthread_mutex_unlock(&tb->idle_lock);
 }
 
+/*
+ * Fail the peers that have left operations unanswered past the silence
+ * bound: what is in flight to them completes with an error (lookups get
+ * zero rows, pushes count as dropped), and nobody waits on them again.
+ */
+static void ss_fail_silent(struct ss_table *tb)
+{
+	uint64_t now = ss_now_ns();
+
+	for (int p = 0; p < tb->world; p++) {
+		char why[128];
+
+		if (p == tb->rank || tb->flight[p] <= 0 ||
+		    now - tb->answered_ns[p] < ss__table_silence_ns(tb))
+			continue;
+		snprintf(why, sizeof(why),
+			 "%d table operations unanswered for %.0f s: its host "
+			 "is down or unreachable",
+			 tb->flight[p],
+			 (double)(now - tb->answered_ns[p]) / 1e9);
+		ss_log_warn("table: peer %d: %s", p, why);
+		ss_fabric_fail_peer(tb->fabric, p, why);
+		tb->answered_ns[p] = now; /* once: its completions follow */
+	}
+}
+
 void *ss__table_proxy(void *arg)
 {
 	struct ss_table *tb = arg;
 	uint32_t *epoch = calloc((size_t)tb->world, sizeof(uint32_t));
 	struct ss_completion c[64];
 	unsigned idle = 0;
+	uint64_t progressed = ss_now_ns();
 
+	if (tb->opts.topo && tb->opts.proxy_slot &&
+	    ss_topo_is_this_machine(tb->opts.topo) &&
+	    ss_topo_pin_thread(tb->opts.topo, tb->opts.proxy_slot) < 0)
+		ss_log_warn("table: proxy thread not pinned: %s",
+			    ss_last_error()->why);
 	while (!atomic_load_explicit(&tb->stop, memory_order_relaxed)) {
 		bool did = false;
 		int n;
@@ -159,6 +201,17 @@ void *ss__table_proxy(void *arg)
 			ss_completed(tb, &c[i]);
 		did |= n > 0;
 		did |= ss__table_apply_logs(tb);
+		if (tb->outstanding > 0)
+			ss_fail_silent(tb);
+		/*
+		 * The fabric's slow work (dead peers noticed, failed ones
+		 * retried) on time, not after thousands of empty polls: a
+		 * proxy that mostly sleeps polls a thousand times a second.
+		 */
+		if (ss_now_ns() - progressed > 50000000ull) {
+			ss_fabric_progress(tb->fabric);
+			progressed = ss_now_ns();
+		}
 		/*
 		 * Idle: spin a little (a lookup posted now is served at
 		 * once); with operations in flight, nap briefly between

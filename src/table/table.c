@@ -33,6 +33,7 @@ void ss_table_options_init(struct ss_table_options *o)
 	o->max_rows = 4096;
 	o->depth = 2;
 	o->log_entries = 16384;
+	o->cache_rows = 65536;
 	o->timeout_ms = 5000;
 }
 
@@ -125,6 +126,8 @@ static int ss_table_check(const struct ss_table_options *o)
 		bad = "depth must be 1 to 64";
 	else if (o->log_entries < 16 || o->log_entries > 1u << 24)
 		bad = "log_entries must be 16 to 2^24";
+	else if (o->cache_rows & (o->cache_rows - 1))
+		bad = "cache_rows must be 0 or a power of two";
 	else if ((double)o->tables * o->rows > 4e9)
 		bad = "more than 4e9 rows in all";
 	else if (!(o->lr > 0))
@@ -249,6 +252,15 @@ static int ss_table_clients(struct ss_table *tb)
 			malloc((size_t)cap * (size_t)o->width * sizeof(float));
 		if (!cl->lookup || !cl->push_ids || !cl->push_grads)
 			return -ENOMEM;
+		if (o->cache_rows) {
+			cl->cache_id = malloc(o->cache_rows * sizeof(uint64_t));
+			cl->cache = malloc((size_t)o->cache_rows *
+					   (size_t)o->width * sizeof(float));
+			if (!cl->cache_id || !cl->cache)
+				return -ENOMEM;
+			memset(cl->cache_id, 0xff,
+			       o->cache_rows * sizeof(uint64_t));
+		}
 		for (int s = 0; s < o->depth; s++) {
 			struct ss__table_lookup *l = &cl->lookup[s];
 
@@ -262,8 +274,19 @@ static int ss_table_clients(struct ss_table *tb)
 			l->fetch_id = malloc(m * sizeof(*l->fetch_id));
 			l->seen = malloc(seen * sizeof(*l->seen));
 			l->seen_mask = seen - 1;
+			l->by_owner = calloc((size_t)tb->world + 1,
+					     sizeof(*l->by_owner));
+			l->cursor =
+				calloc((size_t)tb->world, sizeof(*l->cursor));
+			l->tmp_owner = malloc(m * sizeof(*l->tmp_owner));
+			l->tmp_slot = malloc(m * sizeof(*l->tmp_slot));
+			l->tmp_id = malloc(m * sizeof(*l->tmp_id));
+			l->renumber = malloc(m * sizeof(*l->renumber));
+			l->failed = malloc(m);
 			if (!l->where || !l->fetch_owner || !l->fetch_slot ||
-			    !l->fetch_id || !l->seen)
+			    !l->fetch_id || !l->seen || !l->by_owner ||
+			    !l->cursor || !l->tmp_owner || !l->tmp_slot ||
+			    !l->tmp_id || !l->renumber || !l->failed)
 				return -ENOMEM;
 			l->stage = tb->stage +
 				   ((size_t)c * (size_t)o->depth + (size_t)s) *
@@ -272,6 +295,25 @@ static int ss_table_clients(struct ss_table *tb)
 		}
 	}
 	return 0;
+}
+
+/*
+ * Each region bound to the plan's NUMA node before its first touch (the
+ * fabric calls this between mapping and registering): the rows, the logs
+ * the applier reads and the staging areas live near the NIC.
+ */
+static void ss_table_place_region(void *ctx, void *ptr, size_t len)
+{
+	struct ss_table *tb = ctx;
+
+	if (ss_topo_bind(tb->opts.topo, ptr, len, tb->opts.numa) < 0 &&
+	    !tb->place_warned) {
+		tb->place_warned = true;
+		ss_log_warn("table: shard memory not bound to NUMA node %d: "
+			    "%s: %s",
+			    tb->opts.numa, ss_last_error()->what,
+			    ss_last_error()->why);
+	}
 }
 
 /* The proxy's sleep: a condition on the monotonic clock. */
@@ -316,6 +358,8 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	tb->queued = calloc((size_t)fo.world, sizeof(uint64_t));
 	tb->out = calloc((size_t)fo.world, sizeof(*tb->out));
 	tb->barrier_seen = calloc((size_t)fo.world, sizeof(*tb->barrier_seen));
+	tb->flight = calloc((size_t)fo.world, sizeof(*tb->flight));
+	tb->answered_ns = calloc((size_t)fo.world, sizeof(*tb->answered_ns));
 	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out ||
 	    !tb->barrier_seen) {
 		rc = -ENOMEM;
@@ -325,8 +369,12 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	/* peers with other tables (or another optimizer) are refused */
 	fo.layout_hash = ss_table_layout(opts);
 	rc = ss_fabric_open(&tb->fabric, &fo);
+	if (!rc && opts->topo)
+		ss_fabric_set_placement(tb->fabric, ss_table_place_region, tb);
 	if (!rc)
 		rc = ss_table_memory(tb);
+	if (tb->fabric)
+		ss_fabric_set_placement(tb->fabric, NULL, NULL);
 	if (!rc)
 		rc = ss_table_clients(tb);
 	if (rc)
@@ -379,10 +427,19 @@ void ss_table_close(struct ss_table **table)
 			free(l->fetch_slot);
 			free(l->fetch_id);
 			free(l->seen);
+			free(l->by_owner);
+			free(l->cursor);
+			free(l->tmp_owner);
+			free(l->tmp_slot);
+			free(l->tmp_id);
+			free(l->renumber);
+			free(l->failed);
 		}
 		free(cl->lookup);
 		free(cl->push_ids);
 		free(cl->push_grads);
+		free(cl->cache_id);
+		free(cl->cache);
 	}
 	free(tb->client);
 	free(tb->mult);
@@ -391,6 +448,8 @@ void ss_table_close(struct ss_table **table)
 	free(tb->queued);
 	free(tb->out);
 	free(tb->barrier_seen);
+	free(tb->flight);
+	free(tb->answered_ns);
 	free(tb);
 	*table = NULL;
 }
@@ -461,6 +520,7 @@ void ss_table_stats(struct ss_table *tb, struct ss_table_stats *s)
 	s->rows_remote = atomic_load(&t->rows_remote);
 	s->rows_fetched = atomic_load(&t->rows_fetched);
 	s->rows_stale = atomic_load(&t->rows_stale);
+	s->rows_cached = atomic_load(&t->rows_cached);
 	s->lookup_wait_ns = atomic_load(&t->lookup_wait_ns);
 	s->pushed_local = atomic_load(&t->pushed_local);
 	s->pushed = atomic_load(&t->pushed);

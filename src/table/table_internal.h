@@ -47,8 +47,25 @@ struct ss__table_lookup {
 	uint64_t *fetch_id;
 	int32_t *seen; /* 2 x max_rows rounded up to a power of two; -1 empty */
 	size_t seen_mask;
+	/*
+	 * The fetches sorted by owner: owner o's are [by_owner[o],
+	 * by_owner[o + 1]).  The proxy posts them owner by owner, as far as
+	 * each owner's room in flight allows (cursor[o]: the next), and comes
+	 * back for the rest: it never blocks on one owner's full queue.
+	 */
+	int32_t *by_owner, *cursor; /* world + 1, world */
+	int remaining; /* the proxy's: fetches not yet posted */
+	int32_t *tmp_owner; /* max_rows: scratch for the sort */
+	uint32_t *tmp_slot;
+	uint64_t *tmp_id;
+	int32_t *renumber;
+	uint8_t *failed; /* per fetch: its READ failed (set by the proxy) */
 	float *stage; /* max_rows x width, in the local region */
 };
+
+/* Operations the proxy keeps in flight to one peer, at most: below the
+ * fabric's send queue (256 over verbs), so that posting never waits. */
+#define SS__TABLE_MAX_FLIGHT 192
 
 /* What a client hands the proxy: lookups, and a ring of gradients. */
 struct ss__table_client {
@@ -59,6 +76,9 @@ struct ss__table_client {
 	uint32_t push_cap; /* a power of two */
 	_Atomic uint64_t push_tail; /* written by the client */
 	_Atomic uint64_t push_head; /* written by the proxy */
+	/* rows as last fetched, by id hashed (cache_rows of them) */
+	uint64_t *cache_id; /* UINT64_MAX: empty */
+	float *cache;
 };
 
 /* The proxy's side of the log at one owner. */
@@ -73,7 +93,7 @@ struct ss__table_outbound {
 
 struct ss__table_stats {
 	_Atomic uint64_t lookups, rows_local, rows_remote, rows_fetched;
-	_Atomic uint64_t rows_stale;
+	_Atomic uint64_t rows_stale, rows_cached;
 	_Atomic uint64_t lookup_wait_ns;
 	_Atomic uint64_t pushed_local, pushed, dropped, applied;
 	_Atomic uint64_t credit_waits;
@@ -108,11 +128,19 @@ struct ss_table {
 	pthread_t proxy;
 	bool proxy_started;
 	int outstanding; /* the proxy's operations not yet completed */
+	/*
+	 * Per peer: operations in flight, and when it last answered (or the
+	 * first of them went out): a peer that leaves them unanswered past
+	 * the silence bound is failed (a dead host answers nothing).
+	 */
+	int *flight;
+	uint64_t *answered_ns;
 	/* an idle proxy sleeps here; clients with work wake it */
 	pthread_mutex_t idle_lock;
 	pthread_cond_t idle_cond;
 	_Atomic bool sleeping;
 	bool idle_ready; /* lock and condition initialized */
+	bool place_warned;
 	_Atomic bool stop;
 	_Atomic bool paused; /* the applier */
 	_Atomic uint64_t flushing; /* flush requests in progress */
@@ -157,6 +185,26 @@ ss__table_entry(const struct ss_table *tb, uint8_t *logs, int p, uint64_t pos)
 		   (size_t)(pos % tb->opts.log_entries);
 
 	return (struct ss__table_entry *)(logs + i * tb->entry_bytes);
+}
+
+/* The proxy posted an operation to @p: in flight until it completes. */
+static inline void ss__table_posted(struct ss_table *tb, int p)
+{
+	tb->outstanding++;
+	if (tb->flight[p]++ == 0)
+		tb->answered_ns[p] = ss_now_ns();
+}
+
+/*
+ * How long a peer may leave operations unanswered before it is failed:
+ * twice the timeout, at least 10 s (a live peer's NIC answers whatever
+ * its process does; soft-RoCE does not fail them by itself).
+ */
+static inline uint64_t ss__table_silence_ns(const struct ss_table *tb)
+{
+	uint64_t ms = 2ull * tb->opts.timeout_ms;
+
+	return (ms > 10000 ? ms : 10000) * 1000000ull;
 }
 
 /* A client posted work: wake the proxy if it sleeps. */

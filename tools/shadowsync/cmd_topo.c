@@ -15,7 +15,8 @@ static void ss_topo_usage(FILE *out)
 		"usage: shadowsync topo [--trainers N] [--device NAME] [--topology SYNTHETIC|FILE.xml]\n"
 		"                       [--oversubscribe] [--json] [--verbose]\n"
 		"\n"
-		"Print where the shadow thread, each trainer and the replica's memory go.\n"
+		"Print where the shadow thread, each trainer, the replica's memory and\n"
+		"the sharded tables' applier go.\n"
 		"\n"
 		"  -t, --trainers N     trainer threads (default: one per core, less the shadow's)\n"
 		"  -d, --device NAME    RDMA device to place next to (default: $SS_DEVICE, else\n"
@@ -45,7 +46,12 @@ static void ss_topo_print_table(const char *source,
 	       ss_plural(sum->pus, "PU", "PUs"));
 	printf("device     %s\n", plan->device[0] ? plan->device : "none");
 	printf("placement  %s\n", plan->note);
-	printf("replica    NUMA node %d\n", plan->replica_numa);
+	printf("replica    NUMA node %d (and a rank's shard of sharded tables)\n",
+	       plan->replica_numa);
+	if (plan->n_slots > 0)
+		printf("applier    the table proxy thread (sharded tables), with "
+		       "the shadow thread on PU %d\n",
+		       plan->slots[0].pu);
 	printf("trainers   %d; shadow thread %s%s\n", plan->trainers,
 	       plan->shadow_own_core ? "on a core of its own" :
 				       "shares a core with a trainer",
@@ -78,10 +84,10 @@ static void ss_topo_print_json(const char *source,
 	printf(",\"nic_local\":%s,\"note\":",
 	       plan->nic_local ? "true" : "false");
 	ss_json_string(stdout, plan->note);
-	printf(",\"replica_numa\":%d,\"trainers\":%d,\"shadow_own_core\":%s,"
-	       "\"oversubscribed\":%s,\"threads\":[",
-	       plan->replica_numa, plan->trainers,
-	       plan->shadow_own_core ? "true" : "false",
+	printf(",\"replica_numa\":%d,\"applier_pu\":%d,\"trainers\":%d,"
+	       "\"shadow_own_core\":%s,\"oversubscribed\":%s,\"threads\":[",
+	       plan->replica_numa, plan->n_slots > 0 ? plan->slots[0].pu : -1,
+	       plan->trainers, plan->shadow_own_core ? "true" : "false",
 	       plan->oversubscribed ? "true" : "false");
 	for (int i = 0; i < plan->n_slots; i++) {
 		const struct ss_plan_slot *s = &plan->slots[i];

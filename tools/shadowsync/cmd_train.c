@@ -155,6 +155,8 @@ int ss_cmd_train(int argc, char **argv)
 			shadow = true;
 		}
 	}
+	c.train.topo = topo;
+	c.train.plan = plan;
 	if (c.tables == SS_TABLES_SHARDED) {
 		rc = ss_train_open_table(&c);
 		if (rc == 0 && c.load)
@@ -197,8 +199,6 @@ int ss_cmd_train(int argc, char **argv)
 			(uint64_t)c.fabric.world;
 	c.train.end = (uint64_t)st.st_size * (uint64_t)(c.fabric.rank + 1) /
 		      (uint64_t)c.fabric.world;
-	c.train.topo = topo;
-	c.train.plan = plan;
 	c.train.progress = &prog.totals;
 	if (!c.foreground)
 		c.train.sync_every = 0; /* the shadow thread does it */

@@ -37,6 +37,13 @@ int ss_train_open_table(struct ss_train_cmd *c)
 	if (o.max_rows < 256 * SS_SPARSE)
 		o.max_rows = 256 * SS_SPARSE;
 	o.depth = 1 + c->train.prefetch;
+	/* near the NIC: the shard where the replica is, the applier with
+	 * the shadow thread */
+	o.topo = c->train.topo;
+	o.numa = c->train.plan ? c->train.plan->replica_numa : 0;
+	o.proxy_slot = c->train.plan && c->train.plan->n_slots > 0 ?
+			       &c->train.plan->slots[0] :
+			       NULL;
 	rc = ss_table_addrs(fo.addrs, fo.world, buf, addrs);
 	if (rc == 0) {
 		fo.addrs = addrs;
@@ -80,6 +87,8 @@ static void ss_report_stats(const struct ss_train_cmd *c,
 	st->applied = now.applied;
 	st->dropped = now.dropped;
 	st->credit_waits = now.credit_waits;
+	st->rows_stale = now.rows_stale;
+	st->rows_cached = now.rows_cached;
 }
 
 void ss_table_report_json(const struct ss_train_cmd *c,
@@ -93,9 +102,9 @@ void ss_table_report_json(const struct ss_train_cmd *c,
 	       "\"rows_remote_share\":%.3f,\"rows_fetched_per_lookup\":%.1f,"
 	       "\"lookup_wait\":%.4f,"
 	       "\"prefetch\":%d,\"rows_stale\":%" PRIu64
-	       ",\"grads_pushed\":%" PRIu64 ",\"grads_local\":%" PRIu64
-	       ",\"grads_applied\":%" PRIu64 ",\"grads_dropped\":%" PRIu64
-	       ",\"credit_waits\":%" PRIu64,
+	       ",\"rows_cached\":%" PRIu64 ",\"grads_pushed\":%" PRIu64
+	       ",\"grads_local\":%" PRIu64 ",\"grads_applied\":%" PRIu64
+	       ",\"grads_dropped\":%" PRIu64 ",\"credit_waits\":%" PRIu64,
 	       st.shard_bytes, st.registered_bytes,
 	       res->seconds > 0 ? (double)st.lookups / res->seconds : 0,
 	       st.lookups ? (double)(st.rows_local + st.rows_remote) /
@@ -107,8 +116,8 @@ void ss_table_report_json(const struct ss_train_cmd *c,
 		       0,
 	       st.lookups ? (double)st.rows_fetched / (double)st.lookups : 0,
 	       ss_wait_share(c, &st, res), c->train.prefetch, st.rows_stale,
-	       st.pushed, st.pushed_local, st.applied, st.dropped,
-	       st.credit_waits);
+	       st.rows_cached, st.pushed, st.pushed_local, st.applied,
+	       st.dropped, st.credit_waits);
 }
 
 void ss_table_report_text(const struct ss_train_cmd *c,
@@ -131,7 +140,9 @@ void ss_table_report_text(const struct ss_train_cmd *c,
 	       " applied here from peers, %" PRIu64 " applied locally, %" PRIu64
 	       " dropped%s\n",
 	       st.pushed, st.applied, st.pushed_local, st.dropped,
-	       st.rows_stale ? " (some rows stale: an owner failed)" : "");
+	       st.rows_stale ? " (rows of a failed owner served as last "
+			       "fetched, or zero)" :
+			       "");
 }
 
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
