@@ -133,6 +133,12 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 				    "table lookup slot %d of client %d", slot,
 				    client);
 	ss_plan_lookup(tb, l, ids, n);
+	if (l->n_fetch == 0) {
+		/* every row is ours: nothing for the proxy to do */
+		atomic_store_explicit(&l->state, SS__LOOKUP_DONE,
+				      memory_order_release);
+		return 0;
+	}
 	atomic_store_explicit(&l->state, SS__LOOKUP_POSTED,
 			      memory_order_seq_cst);
 	ss__table_wake(tb);

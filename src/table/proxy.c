@@ -22,13 +22,13 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 		if (p == tb->rank || e == epoch[p])
 			continue;
 		if (epoch[p]) {
-			/* what its old process had yet to apply is lost */
-			if (ob->posted > ob->head)
+			/* what its old process had yet to apply is lost, and
+			 * what we had placed for it (in places of the old log) */
+			if (ob->tail > ob->head)
 				ss__table_count(&tb->st.dropped,
-						ob->posted - ob->head);
+						ob->tail - ob->head);
 			__atomic_store_n(&ob->head, 0, __ATOMIC_RELEASE);
-			__atomic_store_n(&ob->tail, ob->tail - ob->posted,
-					 __ATOMIC_RELEASE);
+			__atomic_store_n(&ob->tail, 0, __ATOMIC_RELEASE);
 			ob->posted = 0;
 			ob->head_reading = false;
 			tb->consumed[p] = 0;
