@@ -12,6 +12,15 @@
 
 #include "table_internal.h"
 
+/* Whether any of the proxy's operations has yet to complete. */
+static bool ss_in_flight(const struct ss_table *tb)
+{
+	for (int p = 0; p < tb->world; p++)
+		if (tb->flight[p] > 0)
+			return true;
+	return false;
+}
+
 /* A peer that came back is a new process: logs start again from zero. */
 static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 {
@@ -54,7 +63,6 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 		ss__table_log_arrived(tb, c);
 		return;
 	}
-	tb->outstanding--;
 	switch (SS__WR_KIND(c->wr_id)) {
 	case SS__WR_LOOKUP:
 		ss__table_lookup_done(tb, c);
@@ -201,7 +209,7 @@ void *ss__table_proxy(void *arg)
 			ss_completed(tb, &c[i]);
 		did |= n > 0;
 		did |= ss__table_apply_logs(tb);
-		if (tb->outstanding > 0)
+		if (ss_in_flight(tb))
 			ss_fail_silent(tb);
 		/*
 		 * The fabric's slow work (dead peers noticed, failed ones
@@ -222,7 +230,7 @@ void *ss__table_proxy(void *arg)
 		 */
 		if (did)
 			idle = 0;
-		else if (++idle > 50 && tb->outstanding > 0)
+		else if (++idle > 50 && ss_in_flight(tb))
 			ss_sleep_ns(10000);
 		else if (idle > 50)
 			ss_proxy_sleep(tb);

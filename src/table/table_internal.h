@@ -127,7 +127,6 @@ struct ss_table {
 
 	pthread_t proxy;
 	bool proxy_started;
-	int outstanding; /* the proxy's operations not yet completed */
 	/*
 	 * Per peer: operations in flight, and when it last answered (or the
 	 * first of them went out): a peer that leaves them unanswered past
@@ -190,7 +189,6 @@ ss__table_entry(const struct ss_table *tb, uint8_t *logs, int p, uint64_t pos)
 /* The proxy posted an operation to @p: in flight until it completes. */
 static inline void ss__table_posted(struct ss_table *tb, int p)
 {
-	tb->outstanding++;
 	if (tb->flight[p]++ == 0)
 		tb->answered_ns[p] = ss_now_ns();
 }
