@@ -164,7 +164,8 @@ Test(cmd_launch, sharded_tables_are_held_once_and_every_gradient_applied)
 	snprintf(cmd, sizeof(cmd),
 		 "%s launch -n 2 --port %d --json -- train --data %s/train.txt "
 		 "--test %s/train.txt " MODEL
-		 " --threads 1 --progress 0 --sync ma --tables sharded 2>&1",
+		 " --threads 1 --progress 0 --sync ma --tables sharded "
+		 "--data-split static 2>&1",
 		 SS_COMMAND, port() + 16, dir, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	r[0] = strstr(out, "{\"rank\":0,");
