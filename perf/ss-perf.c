@@ -43,7 +43,7 @@ static bool is_lat(enum test t)
 struct opts {
 	enum test test;
 	const char *bind, *server, *device;
-	int port, qps, tx_depth, gid_index;
+	int port, qps, tx_depth, gid_index, post_list;
 	size_t size;
 	bool all, gbits, json;
 	long iters;
@@ -110,6 +110,8 @@ static void usage(FILE *out)
 		"  -D, --duration S       run each size for S seconds instead\n"
 		"  -q, --qp N             connections in parallel (default 1)\n"
 		"  -t, --tx-depth N       operations in flight (default 128; latency 1)\n"
+		"  -l, --post-list N      read_bw: post READs in lists of N, one doorbell\n"
+		"                         and one completion a list (perftest's --post_list)\n"
 		"  -d, --device NAME      RDMA device (must hold the --bind address)\n"
 		"  -x, --gid-index N      GID index (default: chosen automatically)\n"
 		"      --transport T      verbs, shm or auto (default verbs)\n"
@@ -129,6 +131,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "duration", required_argument, NULL, 'D' },
 		{ "qp", required_argument, NULL, 'q' },
 		{ "tx-depth", required_argument, NULL, 't' },
+		{ "post-list", required_argument, NULL, 'l' },
 		{ "device", required_argument, NULL, 'd' },
 		{ "gid-index", required_argument, NULL, 'x' },
 		{ "transport", required_argument, NULL, 'T' },
@@ -145,6 +148,7 @@ static int parse(int argc, char **argv, struct opts *o)
 	o->port = 18515;
 	o->qps = 1;
 	o->gid_index = -1;
+	o->post_list = 1;
 	o->transport = SS_TRANSPORT_VERBS;
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
@@ -155,7 +159,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		return rc;
 	o->test = (enum test)index;
 	optind = 2;
-	while ((c = getopt_long(argc, argv, "b:p:s:an:D:q:t:d:x:h", longopts,
+	while ((c = getopt_long(argc, argv, "b:p:s:an:D:q:t:l:d:x:h", longopts,
 				NULL)) != -1) {
 		switch (c) {
 		case 'b':
@@ -187,6 +191,11 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 't':
 			rc = ss_parse_long("--tx-depth", optarg, 1, 1024, &v);
 			o->tx_depth = (int)v;
+			break;
+		case 'l':
+			rc = ss_parse_long("--post-list", optarg, 1,
+					   SS_FABRIC_MAX_LIST, &v);
+			o->post_list = (int)v;
 			break;
 		case 'd':
 			o->device = optarg;
@@ -233,6 +242,10 @@ static int parse(int argc, char **argv, struct opts *o)
 		o->iters = lat ? 1000 : 5000;
 	if (!o->tx_depth)
 		o->tx_depth = lat ? 1 : 128;
+	if (o->post_list > 1 && o->test != READ_BW)
+		return ss_error_set(SS_EUSAGE, "only with read_bw",
+				    "READ lists are the table layer's lookups",
+				    "--post-list");
 	if (o->test == WRITE_LAT && o->all)
 		return ss_error_set(SS_EUSAGE, "not with write_lat",
 				    "run one --size at a time", "--all");
@@ -417,7 +430,13 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 	uint64_t start, deadline, window_start;
 	long window_done = 0;
 	struct ss_completion comp[32];
+	struct ss_fabric_piece list[SS_FABRIC_MAX_LIST];
+	long per_post = o->test == READ_BW ? o->post_list : 1;
 	int k = 0;
+
+	/* as perftest's lists: every READ of one from the same place */
+	for (int i = 0; i < o->post_list; i++)
+		list[i] = (struct ss_fabric_piece){ 0, 0, size };
 
 	r->peak_bps = 0;
 	start = window_start = now_ns();
@@ -427,7 +446,11 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 
 		while (more && posted - done < (long)o->tx_depth * o->qps) {
 			struct conn *c = &conns[k];
-			int rc = o->test == READ_BW ?
+			int rc = o->test == READ_BW && per_post > 1 ?
+					 ss_fabric_read_list(
+						 c->f, c->peer, c->scratch, 0,
+						 list, o->post_list, 0) :
+				 o->test == READ_BW ?
 					 ss_fabric_read(c->f, c->peer,
 							c->scratch, 0, 0, 0,
 							size, 0) :
@@ -437,7 +460,7 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 			if (rc < 0)
 				return rc;
 			k = (k + 1) % o->qps;
-			posted++;
+			posted += per_post;
 			more = limit < 0 ? now_ns() < deadline : posted < limit;
 		}
 		if (done == posted)
@@ -452,8 +475,8 @@ static int run_bw(const struct opts *o, struct conn *conns, size_t size,
 						"%s", ss_op_name(comp[i].op));
 			if (n < 0)
 				return n;
-			done += n;
-			window_done += n;
+			done += n * per_post;
+			window_done += n * per_post;
 		}
 		/* Peak: the best rate over a window of tx-depth operations. */
 		if (window_done >= o->tx_depth) {
@@ -554,6 +577,8 @@ static void header(const struct opts *o, const struct conn *c)
 	       ss_transport_name(ss_fabric_transport(c->f)));
 	printf(" Number of qps   : %d\t\tTX depth      : %d\n", o->qps,
 	       o->tx_depth);
+	if (o->post_list > 1)
+		printf(" Post List       : %d\n", o->post_list);
 	printf(" Connection set-up: %.2f ms\n", c->connect_ms);
 	printf("---------------------------------------------------------------------------------------\n");
 	if (lat)
@@ -577,10 +602,10 @@ static int client(const struct opts *o, struct conn *conns)
 
 	header(o, &conns[0]);
 	if (o->json) {
-		printf("{\"test\":\"%s\",\"transport\":\"%s\",\"Number_of_qps\":%d,\"TX_depth\":%d,\"connect_ms\":%.3f,\"results\":[",
+		printf("{\"test\":\"%s\",\"transport\":\"%s\",\"Number_of_qps\":%d,\"TX_depth\":%d,\"post_list\":%d,\"connect_ms\":%.3f,\"results\":[",
 		       test_names[o->test],
 		       ss_transport_name(ss_fabric_transport(conns[0].f)),
-		       o->qps, o->tx_depth, conns[0].connect_ms);
+		       o->qps, o->tx_depth, o->post_list, conns[0].connect_ms);
 	}
 	for (size_t size = first; size <= last && rc == 0; size *= 2) {
 		if (lat) {

@@ -436,6 +436,105 @@ Test(fabric, long_operations_split_and_many_in_flight, .timeout = 240)
 	cr_assert_eq(run_job(&job), 0);
 }
 
+/* ---- READ lists: scattered pieces, one doorbell, one completion -------- */
+
+#define LISTS 24 /* 24 x 64 work requests: far more than the send queue */
+
+static int body_read_list(struct rank_ctx *c, struct job *job)
+{
+	uint8_t *local = ss_region_ptr(c->r[R_LOCAL]);
+	struct ss_fabric_piece pieces[LISTS][SS_FABRIC_MAX_LIST], bad;
+	struct ss_completion comp[16];
+	size_t at = 0;
+	uint32_t imm;
+	int done = 0;
+
+	(void)job;
+	if (c->rank == 1) {
+		fill(ss_region_ptr(c->r[R_READONLY]),
+		     ss_region_len(c->r[R_READONLY]), 1, 0);
+		if (signal_peer(c, 0, 0) || wait_imm(c, 0, &imm))
+			return 1;
+		return 0;
+	}
+	if (wait_imm(c, 1, &imm))
+		return 1;
+	/* pieces of 1 to 200 bytes, from scattered unaligned offsets */
+	for (int l = 0; l < LISTS; l++)
+		for (int i = 0; i < SS_FABRIC_MAX_LIST; i++) {
+			struct ss_fabric_piece *p = &pieces[l][i];
+
+			p->len = 1 + (size_t)(l * 61 + i * 37) % 200;
+			p->remote_off = (size_t)(l * 7919 + i * 104729) %
+					(ss_region_len(c->r[R_READONLY]) - 200);
+			p->local_off = at;
+			at += p->len + 3;
+		}
+	for (int l = 0; l < LISTS; l++)
+		fail_if(ss_fabric_read_list(c->f, 1, c->r[R_LOCAL], R_READONLY,
+					    pieces[l], SS_FABRIC_MAX_LIST,
+					    300 + (uint64_t)l),
+			"list %d: %s", l, ss_last_error()->why);
+	while (done < LISTS) {
+		int n = ss_fabric_poll(c->f, comp, 16, 20000);
+
+		fail_if(n <= 0, "poll: %s", ss_strerror(n));
+		for (int i = 0; i < n; i++, done++)
+			fail_if(comp[i].status || comp[i].op != SS_OP_READ ||
+					comp[i].wr_id != 300u + (unsigned)done,
+				"list %d: %s wr_id %llu status %d", done,
+				ss_op_name(comp[i].op),
+				(unsigned long long)comp[i].wr_id,
+				comp[i].status);
+	}
+	for (int l = 0; l < LISTS; l++)
+		for (int i = 0; i < SS_FABRIC_MAX_LIST; i++) {
+			const struct ss_fabric_piece *p = &pieces[l][i];
+
+			fail_if(mismatch(local + p->local_off, p->len, 1,
+					 p->remote_off) >= 0,
+				"list %d piece %d", l, i);
+			fail_if(local[p->local_off + p->len] != 0,
+				"list %d piece %d wrote past its end", l, i);
+		}
+	/* refused whole, nothing posted: a piece outside, no pieces, too many */
+	bad = pieces[0][5];
+	pieces[0][5].remote_off = ss_region_len(c->r[R_READONLY]) - 1;
+	fail_if(ss_fabric_read_list(c->f, 1, c->r[R_LOCAL], R_READONLY,
+				    pieces[0], 8, 1) != -EINVAL,
+		"a piece outside the peer's region was taken");
+	pieces[0][5] = bad;
+	fail_if(ss_fabric_read_list(c->f, 1, c->r[R_LOCAL], R_READONLY,
+				    pieces[0], 0, 1) != -EINVAL,
+		"an empty list was taken");
+	fail_if(ss_fabric_read_list(c->f, 1, c->r[R_LOCAL], R_READONLY,
+				    pieces[0], SS_FABRIC_MAX_LIST + 1,
+				    1) != -EINVAL,
+		"a list of %d was taken", SS_FABRIC_MAX_LIST + 1);
+	if (verbs()) { /* over verbs a piece fits one message (4 KiB here) */
+		struct ss_fabric_piece big = { 0, 0, 4097 };
+
+		fail_if(ss_fabric_read_list(c->f, 1, c->r[R_LOCAL], R_READONLY,
+					    &big, 1, 1) != -EINVAL,
+			"a piece longer than a message was taken");
+	}
+	fail_if(ss_fabric_poll(c->f, comp, 16, 0) != 0,
+		"a refused list completed");
+	return signal_peer(c, 1, 1);
+}
+
+Test(fabric, read_lists_land_every_piece_and_complete_once, .timeout = 240)
+{
+	struct job job = { .world = 2,
+			   .body = body_read_list,
+			   .max_message = 4096 };
+
+	skip_without_device();
+	job.region_len[R_READONLY] = MIB;
+	job.region_len[R_LOCAL] = MIB;
+	cr_assert_eq(run_job(&job), 0);
+}
+
 /* ---- 3 and 4 ranks: every pair, both directions ------------------------- */
 
 static int body_all_pairs(struct rank_ctx *c, struct job *job)

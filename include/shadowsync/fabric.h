@@ -219,6 +219,24 @@ int ss_fabric_read(struct ss_fabric *fabric, int peer, struct ss_region *local,
 int ss_fabric_write(struct ss_fabric *fabric, int peer, struct ss_region *local,
 		    size_t local_off, int remote_index, size_t remote_off,
 		    size_t len, uint64_t wr_id);
+/*
+ * ss_fabric_read_list() - READ @n pieces of region @remote_index of @peer
+ * into @local, posted together: over verbs one ibv_post_send of @n work
+ * requests, one doorbell, of which only the last asks for a completion
+ * (perftest's --post_list).  It completes once, as one READ with @wr_id,
+ * when every piece is in; a failure fails the whole list.  @n is 1 to
+ * SS_FABRIC_MAX_LIST; each piece at most the device's largest message.
+ * Returns as ss_fabric_read().
+ */
+struct ss_fabric_piece {
+	size_t local_off, remote_off, len;
+};
+#define SS_FABRIC_MAX_LIST 64
+int ss_fabric_read_list(struct ss_fabric *fabric, int peer,
+			struct ss_region *local, int remote_index,
+			const struct ss_fabric_piece *pieces, int n,
+			uint64_t wr_id);
+
 /* The one immediate value the fabric keeps for itself. */
 #define SS_IMM_RESERVED 0xffffffffu
 

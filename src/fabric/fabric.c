@@ -380,9 +380,30 @@ int ss__backlog_push(struct ss_fabric *f, const struct ss_completion *c)
 	return 0;
 }
 
+/* Whether @len bytes at @local_off and @remote_off fit both regions. */
+static int ss_check_range(const struct ss_fabric *f, const struct ss__op *op,
+			  size_t local_off, size_t remote_off, size_t len)
+{
+	const struct ss__remote_region *rr =
+		&f->peers[op->peer].regions[op->remote_index];
+
+	if (local_off > op->local->len || len > op->local->len - local_off)
+		return ss_error_set(-EINVAL, "outside the local region", NULL,
+				    "%s of %zu bytes at local offset %zu",
+				    ss_op_name(op->op), len, local_off);
+	if (remote_off > rr->len || len > rr->len - remote_off)
+		return ss_error_set(
+			-EINVAL, "outside the peer's region", NULL,
+			"%s of %zu bytes at offset %zu of region %d (%" PRIu64
+			" bytes) of peer %d",
+			ss_op_name(op->op), len, remote_off, op->remote_index,
+			rr->len, op->peer);
+	return 0;
+}
+
 static int ss_post(struct ss_fabric *f, const struct ss__op *op)
 {
-	const struct ss__remote_region *rr;
+	int rc = 0;
 
 	if (!f->connected)
 		return ss_error_set(-EINVAL, "not connected",
@@ -397,36 +418,59 @@ static int ss_post(struct ss_fabric *f, const struct ss__op *op)
 		return ss_error_set(SS_EPEER, "the peer has failed", NULL,
 				    "%s to peer %d (%s)", ss_op_name(op->op),
 				    op->peer, f->peers[op->peer].addr);
-	if (!op->local || op->local->fabric != f ||
-	    op->local_off > op->local->len ||
-	    op->len > op->local->len - op->local_off)
-		return ss_error_set(-EINVAL, "outside the local region", NULL,
-				    "%s of %zu bytes at local offset %zu",
-				    ss_op_name(op->op), op->len, op->local_off);
+	if (!op->local || op->local->fabric != f)
+		return ss_error_set(-EINVAL, "not a region of this endpoint",
+				    NULL, "%s to peer %d", ss_op_name(op->op),
+				    op->peer);
 	if (op->remote_index < 0 ||
 	    op->remote_index >= f->peers[op->peer].n_regions)
 		return ss_error_set(-EINVAL, "no such region at the peer", NULL,
 				    "%s to region %d of peer %d",
 				    ss_op_name(op->op), op->remote_index,
 				    op->peer);
-	rr = &f->peers[op->peer].regions[op->remote_index];
-	if (op->remote_off > rr->len || op->len > rr->len - op->remote_off)
-		return ss_error_set(
-			-EINVAL, "outside the peer's region", NULL,
-			"%s of %zu bytes at offset %zu of region %d (%" PRIu64
-			" bytes) of peer %d",
-			ss_op_name(op->op), op->len, op->remote_off,
-			op->remote_index, rr->len, op->peer);
-	return f->ops->post(f, op);
+	if (!op->pieces)
+		rc = ss_check_range(f, op, op->local_off, op->remote_off,
+				    op->len);
+	for (int i = 0; op->pieces && i < op->n_pieces && rc == 0; i++)
+		rc = ss_check_range(f, op, op->pieces[i].local_off,
+				    op->pieces[i].remote_off,
+				    op->pieces[i].len);
+	return rc < 0 ? rc : f->ops->post(f, op);
 }
 
 int ss_fabric_read(struct ss_fabric *f, int peer, struct ss_region *local,
 		   size_t local_off, int remote_index, size_t remote_off,
 		   size_t len, uint64_t wr_id)
 {
-	struct ss__op op = { SS_OP_READ, peer, local, local_off, remote_index,
-			     remote_off, len,  0,     wr_id,	 0 };
+	struct ss__op op = { .op = SS_OP_READ,
+			     .peer = peer,
+			     .local = local,
+			     .local_off = local_off,
+			     .remote_index = remote_index,
+			     .remote_off = remote_off,
+			     .len = len,
+			     .wr_id = wr_id };
 
+	return ss_post(f, &op);
+}
+
+int ss_fabric_read_list(struct ss_fabric *f, int peer, struct ss_region *local,
+			int remote_index, const struct ss_fabric_piece *pieces,
+			int n, uint64_t wr_id)
+{
+	struct ss__op op = { .op = SS_OP_READ,
+			     .peer = peer,
+			     .local = local,
+			     .remote_index = remote_index,
+			     .wr_id = wr_id,
+			     .pieces = pieces,
+			     .n_pieces = n };
+
+	if (!pieces || n < 1 || n > SS_FABRIC_MAX_LIST)
+		return ss_error_set(
+			-EINVAL, "no pieces, or too many", NULL,
+			"READ list of %d pieces (1 to %d) to peer %d", n,
+			SS_FABRIC_MAX_LIST, peer);
 	return ss_post(f, &op);
 }
 
@@ -434,8 +478,14 @@ int ss_fabric_write(struct ss_fabric *f, int peer, struct ss_region *local,
 		    size_t local_off, int remote_index, size_t remote_off,
 		    size_t len, uint64_t wr_id)
 {
-	struct ss__op op = { SS_OP_WRITE, peer, local, local_off, remote_index,
-			     remote_off,  len,	0,     wr_id,	  0 };
+	struct ss__op op = { .op = SS_OP_WRITE,
+			     .peer = peer,
+			     .local = local,
+			     .local_off = local_off,
+			     .remote_index = remote_index,
+			     .remote_off = remote_off,
+			     .len = len,
+			     .wr_id = wr_id };
 
 	return ss_post(f, &op);
 }
@@ -444,9 +494,15 @@ int ss_fabric_fetch_add(struct ss_fabric *f, int peer, struct ss_region *local,
 			size_t local_off, int remote_index, size_t remote_off,
 			uint64_t add, uint64_t wr_id)
 {
-	struct ss__op op = { SS_OP_FETCH_ADD, peer,	  local, local_off,
-			     remote_index,    remote_off, 8,	 0,
-			     wr_id,	      add };
+	struct ss__op op = { .op = SS_OP_FETCH_ADD,
+			     .peer = peer,
+			     .local = local,
+			     .local_off = local_off,
+			     .remote_index = remote_index,
+			     .remote_off = remote_off,
+			     .len = 8,
+			     .wr_id = wr_id,
+			     .add = add };
 
 	if (local_off % 8 || remote_off % 8)
 		return ss_error_set(-EINVAL, "not 8-byte aligned", NULL,
@@ -460,9 +516,15 @@ int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
 			size_t local_off, int remote_index, size_t remote_off,
 			size_t len, uint32_t imm, uint64_t wr_id)
 {
-	struct ss__op op = { SS_OP_WRITE_IMM, peer,	  local, local_off,
-			     remote_index,    remote_off, len,	 imm,
-			     wr_id,	      0 };
+	struct ss__op op = { .op = SS_OP_WRITE_IMM,
+			     .peer = peer,
+			     .local = local,
+			     .local_off = local_off,
+			     .remote_index = remote_index,
+			     .remote_off = remote_off,
+			     .len = len,
+			     .imm = imm,
+			     .wr_id = wr_id };
 
 	if (imm == SS_IMM_RESERVED)
 		return ss_error_set(-EINVAL, "the value is reserved", NULL,

@@ -50,6 +50,9 @@ struct ss__op {
 	uint32_t imm;
 	uint64_t wr_id;
 	uint64_t add; /* SS_OP_FETCH_ADD */
+	/* a READ list: these pieces instead of the one range above */
+	const struct ss_fabric_piece *pieces;
+	int n_pieces;
 };
 
 struct ss__fabric_ops {

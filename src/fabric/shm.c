@@ -539,7 +539,12 @@ static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 			ss_sleep_ns(10000);
 		}
 	}
-	if (op->op == SS_OP_READ)
+	if (op->pieces) /* a READ list */
+		for (int i = 0; i < op->n_pieces; i++)
+			memcpy((char *)op->local->ptr + op->pieces[i].local_off,
+			       remote + op->pieces[i].remote_off,
+			       op->pieces[i].len);
+	else if (op->op == SS_OP_READ)
 		memcpy(local, remote + op->remote_off, op->len);
 	else
 		memcpy(remote + op->remote_off, local, op->len);

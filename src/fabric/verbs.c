@@ -19,6 +19,8 @@
 
 /* Signal one send WR in this many, so long operations free the queue. */
 #define SS_VERBS_SIGNAL_EVERY 64
+/* a READ list goes out in one ibv_post_send, one doorbell */
+_Static_assert(SS_FABRIC_MAX_LIST <= SS_VERBS_SIGNAL_EVERY, "list too long");
 
 const char *ss__verbs_where(const struct ss_verbs *v)
 {
@@ -582,6 +584,24 @@ static int ss_verbs_post_failed(struct ss_fabric *f, int p, uint32_t seq,
 	return 0;
 }
 
+/* The bytes WR @k of @op moves: a piece of a list, or a chunk of a range. */
+static void ss_verbs_wr_range(const struct ss__op *op, size_t chunk, uint32_t k,
+			      size_t *local_off, size_t *remote_off,
+			      size_t *len)
+{
+	if (op->pieces) {
+		*local_off = op->pieces[k].local_off;
+		*remote_off = op->pieces[k].remote_off;
+		*len = op->pieces[k].len;
+		return;
+	}
+	*local_off = op->local_off + (size_t)k * chunk;
+	*remote_off = op->remote_off + (size_t)k * chunk;
+	*len = op->len - (size_t)k * chunk < chunk ?
+		       op->len - (size_t)k * chunk :
+		       chunk;
+}
+
 static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 {
 	struct ss_verbs *v = f->backend;
@@ -590,8 +610,9 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 		&f->peers[op->peer].regions[op->remote_index];
 	struct ibv_mr *mr = op->local->backend;
 	size_t chunk = v->max_message;
-	uint32_t n_wrs =
-		op->len ? (uint32_t)((op->len + chunk - 1) / chunk) : 1;
+	uint32_t n_wrs = op->pieces ? (uint32_t)op->n_pieces :
+			 op->len ? (uint32_t)((op->len + chunk - 1) / chunk) :
+				   1;
 	struct ibv_send_wr wrs[SS_VERBS_SIGNAL_EVERY], *bad;
 	struct ibv_sge sges[SS_VERBS_SIGNAL_EVERY];
 	struct ss_verbs_slot *slot;
@@ -601,6 +622,15 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 
 	if (vp->state != SS_VP_UP || !vp->qp)
 		return ss__peer_fail(f, op->peer, "not connected");
+	for (int i = 0; op->pieces && i < op->n_pieces; i++)
+		if (op->pieces[i].len > chunk)
+			return ss_error_set(
+				-EINVAL,
+				"a piece longer than the largest message",
+				"split it, or READ it on its own",
+				"READ list piece %d of %zu bytes (at most %zu on %s)",
+				i, op->pieces[i].len, chunk,
+				ss__verbs_where(v));
 	/*
 	 * Room first: the slot of a new operation is the one of the
 	 * operation SQ_DEPTH before it, which must have completed.
@@ -625,25 +655,22 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 		if (rc < 0)
 			return ss_verbs_post_failed(f, op->peer, seq, k, rc);
 		for (uint32_t i = 0; i < batch; i++, k++) {
-			size_t off = (size_t)k * chunk;
-			size_t len =
-				op->len - off < chunk ? op->len - off : chunk;
+			size_t local_off, remote_off, len;
 			bool last = k == n_wrs - 1;
 			struct ibv_send_wr *wr = &wrs[i];
 
-			if (op->len == 0)
-				len = 0;
+			ss_verbs_wr_range(op, chunk, k, &local_off, &remote_off,
+					  &len);
 			memset(wr, 0, sizeof(*wr));
-			sges[i].addr = (uint64_t)(uintptr_t)op->local->ptr +
-				       op->local_off + off;
+			sges[i].addr =
+				(uint64_t)(uintptr_t)op->local->ptr + local_off;
 			sges[i].length = (uint32_t)len;
 			sges[i].lkey = mr->lkey;
 			wr->wr_id = wr_id;
 			wr->sg_list = &sges[i];
 			wr->num_sge = len ? 1 : 0;
 			wr->next = i + 1 < batch ? &wrs[i + 1] : NULL;
-			wr->wr.rdma.remote_addr =
-				rr->addr + op->remote_off + off;
+			wr->wr.rdma.remote_addr = rr->addr + remote_off;
 			wr->wr.rdma.rkey = rr->rkey;
 			if (op->op == SS_OP_FETCH_ADD) {
 				wr->opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;

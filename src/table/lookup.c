@@ -215,8 +215,21 @@ static void ss_maybe_done(struct ss__table_lookup *l)
 				      memory_order_release);
 }
 
+/* Fetches @k .. @k + @n - 1 of @l failed: as last fetched, or zero. */
+static void ss_fetches_failed(struct ss_table *tb, struct ss__table_lookup *l,
+			      int k, int n)
+{
+	size_t width = (size_t)tb->opts.width;
+
+	memset(l->stage + (size_t)k * width, 0,
+	       (size_t)n * width * sizeof(float));
+	memset(l->failed + k, 1, (size_t)n);
+	ss__table_count(&tb->st.rows_stale, (uint64_t)n);
+}
+
 /*
- * Post what @l has yet to post, owner by owner, as far as each owner's
+ * Post what @l has yet to post, owner by owner, as READ lists of up to
+ * SS_FABRIC_MAX_LIST rows (one doorbell each), as far as each owner's
  * room in flight allows.  Returns whether anything was posted.
  */
 static bool ss_post_fetches(struct ss_table *tb, struct ss__table_lookup *l,
@@ -225,32 +238,38 @@ static bool ss_post_fetches(struct ss_table *tb, struct ss__table_lookup *l,
 	size_t row_bytes = (size_t)tb->opts.width * sizeof(float),
 	       base = (size_t)((uint8_t *)l->stage -
 			       (uint8_t *)ss_region_ptr(tb->r_local));
+	struct ss_fabric_piece pieces[SS_FABRIC_MAX_LIST];
 	bool did = false;
 
 	for (int o = 0; o < tb->world && l->remaining > 0; o++)
 		while (l->cursor[o] < l->by_owner[o + 1] &&
 		       tb->flight[o] < SS__TABLE_MAX_FLIGHT) {
-			int k = l->cursor[o]++;
+			int k = l->cursor[o], n = l->by_owner[o + 1] - k;
 
-			l->remaining--;
+			if (n > SS__TABLE_MAX_FLIGHT - tb->flight[o])
+				n = SS__TABLE_MAX_FLIGHT - tb->flight[o];
+			if (n > SS_FABRIC_MAX_LIST)
+				n = SS_FABRIC_MAX_LIST;
+			for (int i = 0; i < n; i++) {
+				pieces[i].local_off =
+					base + (size_t)(k + i) * row_bytes;
+				pieces[i].remote_off =
+					(size_t)l->fetch_slot[k + i] *
+					row_bytes;
+				pieces[i].len = row_bytes;
+			}
+			l->cursor[o] += n;
+			l->remaining -= n;
 			did = true;
-			if (ss_fabric_read(tb->fabric, o, tb->r_local,
-					   base + (size_t)k * row_bytes,
-					   SS_TABLE_R_ROWS,
-					   (size_t)l->fetch_slot[k] * row_bytes,
-					   row_bytes,
-					   SS__WR(SS__WR_LOOKUP, who,
-						  (uint32_t)k)) == 0) {
+			if (ss_fabric_read_list(tb->fabric, o, tb->r_local,
+						SS_TABLE_R_ROWS, pieces, n,
+						SS__WR(SS__WR_LOOKUP, who,
+						       SS__LIST(k, n))) == 0) {
 				l->pending++;
-				ss__table_posted(tb, o);
+				ss__table_posted(tb, o, n);
 			} else {
-				/* its owner is gone: as last fetched, or zero */
-				memset(l->stage +
-					       (size_t)k *
-						       (size_t)tb->opts.width,
-				       0, row_bytes);
-				l->failed[k] = 1;
-				ss__table_count(&tb->st.rows_stale, 1);
+				/* its owner is gone */
+				ss_fetches_failed(tb, l, k, n);
 			}
 		}
 	return did;
@@ -292,13 +311,10 @@ void ss__table_lookup_done(struct ss_table *tb, const struct ss_completion *c)
 	uint32_t who = SS__WR_A(c->wr_id);
 	struct ss__table_lookup *l = &tb->client[who / 64].lookup[who % 64];
 
-	if (c->status) {
-		memset(l->stage + (size_t)SS__WR_B(c->wr_id) *
-					  (size_t)tb->opts.width,
-		       0, (size_t)tb->opts.width * sizeof(float));
-		l->failed[SS__WR_B(c->wr_id)] = 1;
-		ss__table_count(&tb->st.rows_stale, 1);
-	}
+	if (c->status)
+		ss_fetches_failed(tb, l,
+				  (int)SS__LIST_FIRST(SS__WR_B(c->wr_id)),
+				  SS__LIST_LEN(SS__WR_B(c->wr_id)));
 	l->pending--;
 	ss_maybe_done(l);
 }

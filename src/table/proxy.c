@@ -53,7 +53,7 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 	if (c->peer >= 0 && c->peer < tb->world)
 		tb->answered_ns[c->peer] = ss_now_ns();
 	if (c->op != SS_OP_RECV_IMM && c->peer >= 0 && c->peer < tb->world)
-		tb->flight[c->peer]--;
+		tb->flight[c->peer] -= ss__table_wrs(c->wr_id);
 	if (c->op == SS_OP_RECV_IMM && (c->imm & SS__IMM_BARRIER)) {
 		atomic_store(&tb->barrier_seen[c->peer],
 			     c->imm & ~SS__IMM_BARRIER);
@@ -96,7 +96,7 @@ static bool ss_post_barrier(struct ss_table *tb)
 					SS_TABLE_R_LOG, 0, 0,
 					SS__IMM_BARRIER | want,
 					SS__WR(SS__WR_BARRIER, 0, 0)) == 0)
-			ss__table_posted(tb, p);
+			ss__table_posted(tb, p, 1);
 	atomic_store(&tb->barrier_sent, want);
 	return true;
 }

@@ -92,7 +92,7 @@ static void ss_read_head(struct ss_table *tb, int o)
 			   sizeof(uint64_t),
 			   SS__WR(SS__WR_HEAD, (uint32_t)o, 0)) == 0) {
 		ob->head_reading = true;
-		ss__table_posted(tb, o);
+		ss__table_posted(tb, o, 1);
 	}
 }
 
@@ -172,7 +172,7 @@ static void ss_post_log(struct ss_table *tb, int o)
 					 __ATOMIC_RELEASE);
 		} else {
 			ss__table_count(&tb->st.pushed, n);
-			ss__table_posted(tb, o);
+			ss__table_posted(tb, o, 1);
 		}
 		ob->posted += n;
 	}

@@ -63,8 +63,9 @@ struct ss__table_lookup {
 	float *stage; /* max_rows x width, in the local region */
 };
 
-/* Operations the proxy keeps in flight to one peer, at most: below the
- * fabric's send queue (256 over verbs), so that posting never waits. */
+/* Work requests the proxy keeps in flight to one peer, at most: below
+ * the fabric's send queue (256 over verbs), so that posting never waits.
+ * A READ list of n rows counts n. */
 #define SS__TABLE_MAX_FLIGHT 192
 
 /* What a client hands the proxy: lookups, and a ring of gradients. */
@@ -159,6 +160,18 @@ enum { SS__WR_LOOKUP = 1, SS__WR_HEAD, SS__WR_LOG, SS__WR_BARRIER };
 #define SS__WR_KIND(id) ((int)((id) >> 60))
 #define SS__WR_A(id) ((uint32_t)(((id) >> 32) & 0x0fffffffu))
 #define SS__WR_B(id) ((uint32_t)(id))
+/* A lookup's READ list, in SS__WR_B: fetches k .. k + n - 1 (n <= 64). */
+#define SS__LIST(k, n) (((uint32_t)(n)-1u) << 24 | (uint32_t)(k))
+#define SS__LIST_FIRST(b) ((b)&0xffffffu)
+#define SS__LIST_LEN(b) ((int)((b) >> 24) + 1)
+
+/* The work requests a completion of the proxy's stands for. */
+static inline int ss__table_wrs(uint64_t wr_id)
+{
+	return SS__WR_KIND(wr_id) == SS__WR_LOOKUP ?
+		       SS__LIST_LEN(SS__WR_B(wr_id)) :
+		       1;
+}
 
 static inline void ss__table_count(_Atomic uint64_t *c, uint64_t n)
 {
@@ -186,11 +199,12 @@ ss__table_entry(const struct ss_table *tb, uint8_t *logs, int p, uint64_t pos)
 	return (struct ss__table_entry *)(logs + i * tb->entry_bytes);
 }
 
-/* The proxy posted an operation to @p: in flight until it completes. */
-static inline void ss__table_posted(struct ss_table *tb, int p)
+/* The proxy posted @n work requests to @p: in flight until they complete. */
+static inline void ss__table_posted(struct ss_table *tb, int p, int n)
 {
-	if (tb->flight[p]++ == 0)
+	if (tb->flight[p] == 0)
 		tb->answered_ns[p] = ss_now_ns();
+	tb->flight[p] += n;
 }
 
 /*
