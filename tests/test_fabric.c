@@ -436,6 +436,59 @@ Test(fabric, long_operations_split_and_many_in_flight, .timeout = 240)
 	cr_assert_eq(run_job(&job), 0);
 }
 
+/* ---- two ranks that fill each other's queue of immediates ------------- */
+
+#define FLOOD 3000 /* more immediates than a peer's queue holds (shm 1024) */
+
+static int body_flood(struct rank_ctx *c, struct job *job)
+{
+	struct ss_completion comp[32];
+	int peer = 1 - c->rank, sent = 0, got = 0, done = 0;
+
+	(void)job;
+	/* both post everything before polling once */
+	for (; sent < FLOOD; sent++)
+		fail_if(ss_fabric_write_imm(c->f, peer, c->r[R_LOCAL], 0,
+					    R_INBOX, 0, 8, (uint32_t)sent,
+					    (uint64_t)sent),
+			"write_imm %d: %s", sent, ss_last_error()->why);
+	while (got < FLOOD || done < FLOOD) {
+		int n = ss_fabric_poll(c->f, comp, 32, 20000);
+
+		fail_if(n <= 0, "poll after %d in, %d done: %s", got, done,
+			ss_strerror(n));
+		for (int i = 0; i < n; i++) {
+			fail_if(comp[i].status, "%s: %s",
+				ss_op_name(comp[i].op),
+				ss_strerror(comp[i].status));
+			if (comp[i].op == SS_OP_RECV_IMM &&
+			    comp[i].imm == FINAL_MARK) {
+				c->marks++;
+				continue;
+			}
+			if (comp[i].op == SS_OP_RECV_IMM) {
+				fail_if(comp[i].imm != (uint32_t)got,
+					"immediate %u, want %d (in order)",
+					comp[i].imm, got);
+				got++;
+			} else {
+				done++;
+			}
+		}
+	}
+	return finish_together(c);
+}
+
+Test(fabric, ranks_that_flood_each_other_with_immediates_both_get_through,
+     .timeout = 240)
+{
+	/* a 5 s timeout: waiting on each other would fail the posts */
+	struct job job = { .world = 2, .body = body_flood, .timeout_ms = 5000 };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
 /* ---- READ lists: scattered pieces, one doorbell, one completion -------- */
 
 #define LISTS 24 /* 24 x 64 work requests: far more than the send queue */

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "scenario.h"
@@ -149,6 +150,35 @@ SCENARIO(pin, memory_allocated_elsewhere_is_bound_and_moved)
 	      plan->replica_numa);
 	check(ss_topo_bind(topo, p, len, 4242) == -EINVAL, "node 4242");
 	free(p);
+	ss_plan_free(&plan);
+	ss_topo_close(&topo);
+	return 0;
+}
+
+/* Placed before the first touch (a fabric region): pages land there. */
+SCENARIO(pin, memory_placed_before_its_first_touch_lands_there)
+{
+	size_t len = 8 * (size_t)sysconf(_SC_PAGESIZE);
+	struct ss_topo *topo = NULL;
+	struct ss_plan *plan = NULL;
+	char *p;
+	int node;
+
+	if (open_this_machine(&topo, &plan))
+		return -1;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	check(p != MAP_FAILED, "mmap");
+	if (ss_topo_place(topo, p, len, plan->replica_numa) < 0)
+		skip("binding refused here: %s", ss_last_error()->why);
+	memset(p, 1, len);
+	node = ss_topo_memory_node(topo, p + len - 1);
+	if (node == -ENOSYS || node == -EPERM)
+		skip("the kernel does not tell where pages are");
+	check(node == plan->replica_numa, "page on node %d, want %d", node,
+	      plan->replica_numa);
+	check(ss_topo_place(topo, p, len, 4242) == -EINVAL, "node 4242");
+	munmap(p, len);
 	ss_plan_free(&plan);
 	ss_topo_close(&topo);
 	return 0;

@@ -140,6 +140,14 @@ int ss_topo_alloc(struct ss_topo *topo, int numa, size_t len, void **ptr);
  */
 int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa);
 
+/*
+ * ss_topo_place() - the same for memory not yet touched (a region just
+ * mapped): only the policy its first touch follows.  Moving nothing, it
+ * asks the kernel for no migration, which drains every CPU's page lists
+ * and waits on each: on a loaded machine, seconds (half a minute seen).
+ */
+int ss_topo_place(struct ss_topo *topo, void *ptr, size_t len, int numa);
+
 /* ss_topo_free() - release memory from ss_topo_alloc().  NULL is fine. */
 void ss_topo_free(void *ptr, size_t len);
 

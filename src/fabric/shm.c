@@ -486,6 +486,25 @@ static int ss_shm_fetch_add(struct ss_fabric *f, const struct ss__op *op,
 	return ss__backlog_push(f, c);
 }
 
+static int ss_shm_poll(struct ss_fabric *f, struct ss_completion *out, int max);
+
+/*
+ * Move the immediates peers have sent us into the backlog.  A rank that
+ * waits for room in a peer's ring keeps emptying its own: two ranks that
+ * fill each other's rings would otherwise wait on each other until the
+ * timeout.
+ */
+static int ss_shm_take_rings(struct ss_fabric *f)
+{
+	struct ss_completion c[64];
+	int n = ss_shm_poll(f, c, 64);
+
+	for (int i = 0; i < n; i++)
+		if (ss__backlog_push(f, &c[i]) < 0)
+			return -ENOMEM;
+	return n;
+}
+
 static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 {
 	struct ss_shm *s = f->backend;
@@ -534,9 +553,12 @@ static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 					"peer %d (%s)", op->peer,
 					f->peers[op->peer].addr);
 			rc = ss_shm_check_peer(f, op->peer);
+			if (rc == 0)
+				rc = ss_shm_take_rings(f);
 			if (rc < 0)
 				return rc;
-			ss_sleep_ns(10000);
+			if (rc == 0)
+				ss_sleep_ns(10000);
 		}
 	}
 	if (op->pieces) /* a READ list */

@@ -102,7 +102,7 @@ static void ss_sync_place(void *ctx, void *ptr, size_t len)
 {
 	struct ss_sync *s = ctx;
 
-	if (ss_topo_bind(s->opts.topo, ptr, len, s->opts.numa) < 0 &&
+	if (ss_topo_place(s->opts.topo, ptr, len, s->opts.numa) < 0 &&
 	    !s->place_warned) {
 		s->place_warned = true;
 		ss_log_warn("sync: replica memory not bound to NUMA node %d: "

@@ -30,6 +30,7 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 
 		if (p == tb->rank || e == epoch[p])
 			continue;
+		tb->hello_due[p] = true;
 		if (epoch[p]) {
 			/* what its old process had yet to apply is lost, and
 			 * what we had placed for it (in places of the old log) */
@@ -55,8 +56,11 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 	if (c->op != SS_OP_RECV_IMM && c->peer >= 0 && c->peer < tb->world)
 		tb->flight[c->peer] -= ss__table_wrs(c->wr_id);
 	if (c->op == SS_OP_RECV_IMM && (c->imm & SS__IMM_BARRIER)) {
+		/* a hello from a new process replaces what its old one said */
 		atomic_store(&tb->barrier_seen[c->peer],
-			     c->imm & ~SS__IMM_BARRIER);
+			     c->imm & ~(SS__IMM_BARRIER | SS__IMM_HELLO));
+		if (c->imm & SS__IMM_HELLO)
+			atomic_store(&tb->hello_seen[c->peer], true);
 		return;
 	}
 	if (c->op == SS_OP_RECV_IMM) {
@@ -78,25 +82,45 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 	}
 }
 
-/* A barrier asked for: tell every peer, after all we sent before it. */
-static bool ss_post_barrier(struct ss_table *tb)
+/* Tell every peer (or one, @only) barrier number @imm; false when some
+ * live one's queue has no room. */
+static bool ss_send_barrier(struct ss_table *tb, int only, uint32_t imm)
 {
-	uint32_t want = atomic_load(&tb->barrier_wanted);
-
-	if (want == atomic_load(&tb->barrier_sent))
-		return false;
-	/* all at once, when every live peer's queue has room */
 	for (int p = 0; p < tb->world; p++)
-		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		if (p != tb->rank && (only < 0 || p == only) &&
+		    ss_fabric_peer_ok(tb->fabric, p) &&
 		    tb->flight[p] >= SS__TABLE_MAX_FLIGHT)
 			return false;
 	for (int p = 0; p < tb->world; p++)
-		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		if (p != tb->rank && (only < 0 || p == only) &&
+		    ss_fabric_peer_ok(tb->fabric, p) &&
 		    ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
-					SS_TABLE_R_LOG, 0, 0,
-					SS__IMM_BARRIER | want,
+					SS_TABLE_R_LOG, 0, 0, imm,
 					SS__WR(SS__WR_BARRIER, 0, 0)) == 0)
 			ss__table_posted(tb, p, 1);
+	return true;
+}
+
+/*
+ * A barrier asked for: tell every peer, after all we sent before it.
+ * And a hello to each peer that has (re)connected: the barriers we have
+ * sent so far.
+ */
+static bool ss_post_barrier(struct ss_table *tb)
+{
+	uint32_t want = atomic_load(&tb->barrier_wanted),
+		 sent = atomic_load(&tb->barrier_sent);
+	bool did = false;
+
+	for (int p = 0; p < tb->world; p++)
+		if (tb->hello_due[p] &&
+		    ss_send_barrier(tb, p,
+				    SS__IMM_BARRIER | SS__IMM_HELLO | sent)) {
+			tb->hello_due[p] = false;
+			did = true;
+		}
+	if (want == sent || !ss_send_barrier(tb, -1, SS__IMM_BARRIER | want))
+		return did;
 	atomic_store(&tb->barrier_sent, want);
 	return true;
 }

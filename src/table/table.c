@@ -306,7 +306,7 @@ static void ss_table_place_region(void *ctx, void *ptr, size_t len)
 {
 	struct ss_table *tb = ctx;
 
-	if (ss_topo_bind(tb->opts.topo, ptr, len, tb->opts.numa) < 0 &&
+	if (ss_topo_place(tb->opts.topo, ptr, len, tb->opts.numa) < 0 &&
 	    !tb->place_warned) {
 		tb->place_warned = true;
 		ss_log_warn("table: shard memory not bound to NUMA node %d: "
@@ -360,8 +360,11 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 	tb->barrier_seen = calloc((size_t)fo.world, sizeof(*tb->barrier_seen));
 	tb->flight = calloc((size_t)fo.world, sizeof(*tb->flight));
 	tb->answered_ns = calloc((size_t)fo.world, sizeof(*tb->answered_ns));
+	tb->hello_due = calloc((size_t)fo.world, sizeof(*tb->hello_due));
+	tb->hello_seen = calloc((size_t)fo.world, sizeof(*tb->hello_seen));
 	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out ||
-	    !tb->barrier_seen) {
+	    !tb->barrier_seen || !tb->flight || !tb->answered_ns ||
+	    !tb->hello_due || !tb->hello_seen) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -448,6 +451,8 @@ void ss_table_close(struct ss_table **table)
 	free(tb->queued);
 	free(tb->out);
 	free(tb->barrier_seen);
+	free(tb->hello_due);
+	free(tb->hello_seen);
 	free(tb->flight);
 	free(tb->answered_ns);
 	free(tb);
@@ -474,11 +479,46 @@ int ss_table_flush(struct ss_table *tb, unsigned timeout_ms)
 	return rc;
 }
 
+/*
+ * The number of the barrier we are to call now: one more than our last,
+ * or the highest a live peer has passed, if higher.  A live rank is never
+ * ahead of another by more than the barrier it waits in, so this is our
+ * last plus one, except in a rank restarted into a running job: its
+ * first barrier takes up the job's count (the peers' hellos), and it
+ * keeps in step from there.
+ */
+static uint32_t ss_barrier_number(struct ss_table *tb)
+{
+	uint32_t want = atomic_load(&tb->barrier_wanted) + 1;
+
+	for (int p = 0; p < tb->world; p++) {
+		uint32_t seen = atomic_load(&tb->barrier_seen[p]);
+
+		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		    seen > want)
+			want = seen;
+	}
+	return want;
+}
+
 int ss_table_barrier(struct ss_table *tb, unsigned timeout_ms)
 {
 	uint64_t deadline = ss_deadline_ns(timeout_ms);
-	uint32_t want = atomic_fetch_add(&tb->barrier_wanted, 1) + 1;
+	uint32_t want;
 
+	/* every live peer's count known before we number ours */
+	for (int p = 0; p < tb->world; p++)
+		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		       !atomic_load(&tb->hello_seen[p])) {
+			if (ss_deadline_passed(deadline))
+				return ss_error_set(
+					-ETIMEDOUT, "it never said hello", NULL,
+					"table barrier of rank %d: rank %d",
+					tb->rank, p);
+			ss_sleep_ns(200000);
+		}
+	want = ss_barrier_number(tb);
+	atomic_store(&tb->barrier_wanted, want);
 	ss__table_wake(tb);
 
 	/*

@@ -148,13 +148,22 @@ struct ss_table {
 	_Atomic uint32_t barrier_wanted;
 	_Atomic uint32_t barrier_sent;
 	_Atomic uint32_t *barrier_seen;
+	/*
+	 * A hello to each peer that (re)connects: our barriers so far, so
+	 * that a restarted rank takes up the job's count (proxy's); and
+	 * whether each peer's hello has come.
+	 */
+	bool *hello_due;
+	_Atomic bool *hello_seen;
 	struct ss__table_stats st;
 };
 
 /* wr_id of the proxy's operations: kind, then who it is for. */
 enum { SS__WR_LOOKUP = 1, SS__WR_HEAD, SS__WR_LOG, SS__WR_BARRIER };
-/* An immediate with this bit is a barrier (its number), else a count. */
+/* An immediate with this bit is a barrier (its number), else a count;
+ * with the hello bit too, the barriers its sender has passed so far. */
 #define SS__IMM_BARRIER 0x80000000u
+#define SS__IMM_HELLO 0x40000000u
 #define SS__WR(kind, a, b) \
 	((uint64_t)(kind) << 60 | (uint64_t)(a) << 32 | (uint64_t)(b))
 #define SS__WR_KIND(id) ((int)((id) >> 60))

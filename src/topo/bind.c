@@ -70,7 +70,8 @@ int ss_topo_alloc(struct ss_topo *topo, int numa, size_t len, void **ptr)
 	return 0;
 }
 
-int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa)
+static int ss_bind(struct ss_topo *topo, void *ptr, size_t len, int numa,
+		   int flags)
 {
 	hwloc_obj_t node;
 
@@ -82,14 +83,24 @@ int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa)
 	if (!node)
 		return ss_error_set(-EINVAL, "no such NUMA node", NULL,
 				    "binding memory to NUMA node %d", numa);
-	if (hwloc_set_area_membind(
-		    topo->hw, ptr, len, node->nodeset, HWLOC_MEMBIND_BIND,
-		    HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_MIGRATE) < 0)
+	if (hwloc_set_area_membind(topo->hw, ptr, len, node->nodeset,
+				   HWLOC_MEMBIND_BIND,
+				   HWLOC_MEMBIND_BYNODESET | flags) < 0)
 		return ss_error_set(
 			-errno, NULL,
 			"the kernel may lack NUMA support, or the container forbids mbind",
 			"binding %zu bytes to NUMA node %d", len, numa);
 	return 0;
+}
+
+int ss_topo_bind(struct ss_topo *topo, void *ptr, size_t len, int numa)
+{
+	return ss_bind(topo, ptr, len, numa, HWLOC_MEMBIND_MIGRATE);
+}
+
+int ss_topo_place(struct ss_topo *topo, void *ptr, size_t len, int numa)
+{
+	return ss_bind(topo, ptr, len, numa, 0);
 }
 
 void ss_topo_free(void *ptr, size_t len)

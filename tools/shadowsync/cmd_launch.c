@@ -49,8 +49,10 @@ static void ss_launch_usage(FILE *out)
 		"  --port P            port of rank 0, rank r uses P + r (default: random)\n"
 		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
 		"  --restarts N        start a failed rank again, N times in all (default\n"
-		"                      0); it rejoins the running ranks, takes a live\n"
-		"                      replica, and trains its share of the data again\n"
+		"                      0); it rejoins the running ranks (train --rejoin),\n"
+		"                      takes a live replica, its shard of sharded tables\n"
+		"                      from its last --save checkpoint, and trains on\n"
+		"                      (the data chunks no one has claimed yet)\n"
 		"  --bind B            spread (default): each rank gets its share of this\n"
 		"                      process's CPUs, and plans its threads within it;\n"
 		"                      none: every rank sees every CPU\n"
@@ -290,7 +292,7 @@ static void ss_launch_bind(const struct ss_launch *l, int r)
 static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 			   int out_fd, int err_fd)
 {
-	/* the program, train's options, then at most 11 of ours and NULL */
+	/* the program, train's options, then at most 12 of ours and NULL */
 	char **argv = calloc((size_t)l->train_argc + 16, sizeof(char *));
 	char rank[16];
 	int n = 0;
@@ -316,6 +318,8 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	argv[n++] = "--transport";
 	argv[n++] = (char *)ss_transport_name(l->transport);
 	argv[n++] = "--json";
+	if (l->ranks[r].restarts)
+		argv[n++] = "--rejoin";
 	if (l->job_key[0]) {
 		argv[n++] = "--job-key";
 		argv[n++] = (char *)l->job_key;

@@ -51,6 +51,7 @@ struct ss_train_cmd {
 	const char *blas; /* the BLIS kernels' name */
 	int tables; /* --tables: enum ss_tables_kind */
 	float dense_lr; /* --dense-lr; 0: --lr */
+	bool rejoin; /* --rejoin: replaces a failed rank of a running job */
 	struct ss_table *table; /* --tables sharded */
 	struct ss_table_stats trained; /* its stats when training ended */
 	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
@@ -142,6 +143,14 @@ int ss_train_open_table(struct ss_train_cmd *c);
 
 /* ss_train_resume_shard() - --load with --tables sharded, into the shard. */
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
+
+/*
+ * ss_train_rejoin_shard() - --rejoin with --tables sharded: this rank's
+ * rows (and accumulators) from its --save checkpoint when one exists,
+ * else from --load's; the MLPs there too only when no sync engine gave
+ * a live replica (@live).
+ */
+int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live);
 
 /* The tables' part of the summary: JSON fields, or text lines. */
 void ss_table_report_json(const struct ss_train_cmd *c,

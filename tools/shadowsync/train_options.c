@@ -82,6 +82,10 @@ static void ss_train_usage(FILE *out)
 		"  --save-every S         also every S seconds while training\n"
 		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
 		"                         refused when its model layout or checksum differs\n"
+		"  --rejoin               this rank replaces one that failed in a running job\n"
+		"                         (launch --restarts passes it): with --tables sharded\n"
+		"                         its rows come from its own --save checkpoint, the\n"
+		"                         last --save-every wrote, when there is one\n"
 		"output\n"
 		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
 		"  --json                 print the summary as JSON\n"
@@ -102,6 +106,7 @@ enum {
 	OPT_BATCH,
 	OPT_LR,
 	OPT_DENSE_LR,
+	OPT_REJOIN,
 	OPT_OPTIMIZER,
 	OPT_ADAGRAD_EPS,
 	OPT_EPOCHS,
@@ -154,6 +159,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "lr", required_argument, NULL, OPT_LR },
 		{ "dense-lr", required_argument, NULL, OPT_DENSE_LR },
+		{ "rejoin", no_argument, NULL, OPT_REJOIN },
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
 		{ "epochs", required_argument, NULL, OPT_EPOCHS },
@@ -258,6 +264,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_double("--lr", optarg, 1e-9, 100, &d);
 			c->train.lr = (float)d;
 			lr_given = true;
+			break;
+		case OPT_REJOIN:
+			c->rejoin = true;
 			break;
 		case OPT_DENSE_LR:
 			rc = ss_parse_double("--dense-lr", optarg, 1e-9, 100,

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "train_cmd.h"
 
@@ -163,5 +164,46 @@ int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
 		ss_log_warn("--load: '%s' holds no Adagrad accumulators (saved "
 			    "by an SGD run): they start from zero",
 			    path);
+	return 0;
+}
+
+int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
+{
+	char buf[4096], load_buf[4096];
+	const char *path = c->save ? ss_checkpoint_path(c, c->save, true, buf,
+							sizeof(buf)) :
+				     NULL;
+	size_t dense = ss_model_dense_len(&c->model);
+	float *mlps = params;
+	bool has_acc = false;
+	int rc;
+
+	/* what the failed process saved last, else what the job began from */
+	if ((!path || access(path, F_OK) != 0) && c->load)
+		path = ss_checkpoint_path(c, c->load, false, load_buf,
+					  sizeof(load_buf));
+	else if (!path || access(path, F_OK) != 0) {
+		ss_log_warn(
+			"rejoining: no checkpoint of shard %d%s%s: its rows "
+			"start again from their first values (--save-every "
+			"keeps one)",
+			c->fabric.rank, path ? " at " : "", path ? path : "");
+		return 0;
+	}
+	/* the running ranks' MLPs are newer than the checkpoint's */
+	if (live) {
+		mlps = malloc(dense * sizeof(float));
+		if (!mlps)
+			return -ENOMEM;
+	}
+	rc = ss_train_load_shard(c, path, mlps, &has_acc);
+	if (live)
+		free(mlps);
+	if (rc < 0)
+		return ss_error_prefix("--rejoin");
+	ss_log_warn("rejoining: shard %d of %d from %s (%" PRIu64
+		    " examples seen), the MLPs from %s",
+		    c->fabric.rank, c->fabric.world, path, c->resumed,
+		    live ? "the running ranks" : "it too");
 	return 0;
 }
