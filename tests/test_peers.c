@@ -46,6 +46,29 @@ Test(peers, bad_node_lists_are_named)
 	cr_assert_eq(ss_nodelist_expand("node[x]", &hosts, &n), SS_EUSAGE);
 	cr_assert_eq(ss_nodelist_expand("", &hosts, &n), SS_EUSAGE);
 	cr_assert_eq(ss_nodelist_expand("a,,b", &hosts, &n), SS_EUSAGE);
+	/* issue 15: empty brackets gave no host and success (a SIGFPE in
+	 * train), numbers past LONG_MAX overflowed */
+	cr_assert_eq(ss_nodelist_expand("node[]", &hosts, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->why, "nothing between"), "%s",
+		  ss_last_error()->why);
+	cr_assert_eq(ss_nodelist_expand("node[,]", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(
+		ss_nodelist_expand("node[9223372036854775807]", &hosts, &n),
+		SS_EUSAGE);
+	cr_assert_eq(
+		ss_nodelist_expand("node[99999999999999999999]", &hosts, &n),
+		SS_EUSAGE);
+	cr_assert_eq(
+		ss_nodelist_expand("node[1-99999999999999999999]", &hosts, &n),
+		SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("node[-3]", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("node[+3]", &hosts, &n), SS_EUSAGE);
+	cr_assert_eq(ss_nodelist_expand("node[1-+3]", &hosts, &n), SS_EUSAGE);
+	/* the largest number still expands */
+	cr_assert_eq(ss_nodelist_expand("n[999999999]", &hosts, &n), 0);
+	cr_assert_eq(n, 1);
+	cr_assert_str_eq(hosts[0], "n999999999");
+	ss_strings_free(&hosts, n);
 }
 
 static const char *write_tmp(const char *text)

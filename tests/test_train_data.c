@@ -552,3 +552,81 @@ Test(data, an_overlong_line_is_refused_in_bounded_memory)
 		  ss_last_error()->what);
 	ss_reader_close(&r);
 }
+
+/* Examples in [begin, end) with bad lines skipped; their count in *skipped. */
+static int count_skipping(const char *path, uint64_t begin, uint64_t end,
+			  int *skipped)
+{
+	struct ss_reader *r;
+	struct ss_example ex;
+	int n = 0, rc;
+
+	cr_assert_eq(ss_reader_open(&r, path, begin, end, SS_BAD_LINES_SKIP),
+		     0);
+	while ((rc = ss_reader_next(r, &ex)) == 1)
+		n++;
+	cr_assert_eq(rc, 0);
+	*skipped += (int)ss_reader_skipped(r);
+	ss_reader_close(&r);
+	return n;
+}
+
+/*
+ * A NUL byte inside a line (issue 15: the reader went on by strlen, not
+ * by the bytes read, so two byte ranges disagreed with the whole file):
+ * the line is bad, named as such, and every split of the file into two
+ * ranges reads each line exactly once.  The minimized input too.
+ */
+Test(data, a_nul_byte_in_a_line_is_a_bad_line_read_once)
+{
+	static const char good[] = GOOD "\n";
+	static const char tiny[] = { 0x40, 0x00, 0x0a, 0x41, 0x0a };
+	char path[256], bad[sizeof(good)];
+	struct ss_reader *r;
+	struct ss_example ex;
+	long size;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/nul.txt", dir);
+	memcpy(bad, good, sizeof(good));
+	bad[5] = '\0';
+	f = fopen(path, "w");
+	cr_assert(f);
+	fwrite(good, 1, sizeof(good) - 1, f);
+	fwrite(bad, 1, sizeof(good) - 1, f);
+	fwrite(good, 1, sizeof(good) - 1, f);
+	fwrite(good, 1, sizeof(good) - 1, f);
+	size = ftell(f);
+	fclose(f);
+	for (long at = 0; at <= size; at++) {
+		int skipped = 0,
+		    n = (at ? count_skipping(path, 0, (uint64_t)at, &skipped) :
+			      0) + /* end 0: to the end of the file */
+			count_skipping(path, (uint64_t)at, 0, &skipped);
+
+		cr_assert_eq(n, 3, "split at %ld: %d examples", at, n);
+		cr_assert_eq(skipped, 1, "split at %ld: %d skipped", at,
+			     skipped);
+	}
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "NUL byte"), "%s",
+		  ss_last_error()->why);
+	cr_assert(strstr(ss_last_error()->what, "nul.txt:2"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+
+	f = fopen(path, "w");
+	fwrite(tiny, 1, sizeof(tiny), f);
+	fclose(f);
+	for (long at = 0; at <= (long)sizeof(tiny); at++) {
+		int skipped = 0,
+		    n = (at ? count_skipping(path, 0, (uint64_t)at, &skipped) :
+			      0) +
+			count_skipping(path, (uint64_t)at, 0, &skipped);
+
+		cr_assert_eq(n + skipped, 2, "split at %ld: %d lines", at,
+			     n + skipped);
+	}
+}

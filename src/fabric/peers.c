@@ -44,6 +44,9 @@ static int ss_push(char ***list, int *n, int *cap, const char *s)
 }
 
 /* One "prefix[ranges]suffix" item (or a plain name). */
+/* The largest node number a range may name. */
+#define SS_NODE_MAX 999999999L
+
 static int ss_expand_item(const char *item, size_t len, char ***list, int *n,
 			  int *cap)
 {
@@ -72,22 +75,36 @@ static int ss_expand_item(const char *item, size_t len, char ***list, int *n,
 		 open + 1);
 	snprintf(suffix, sizeof(suffix), "%.*s",
 		 (int)(len - (size_t)(close + 1 - item)), close + 1);
+	if (strspn(ranges, ", ") == strlen(ranges))
+		return ss_error_set(SS_EUSAGE, "nothing between the brackets",
+				    "write it as Slurm does: node[01-04,07]",
+				    "node list item '%.*s'", (int)len, item);
 	for (r = strtok_r(ranges, ",", &save); r && rc == 0;
 	     r = strtok_r(NULL, ",", &save)) {
 		char *dash = strchr(r, '-'), *end;
-		long lo = strtol(r, &end, 10), hi = lo;
+		long lo, hi;
 		int width = (int)(dash ? dash - r : (long)strlen(r));
 
-		if (end == r || (dash ? end != dash : *end != '\0'))
+		/* digits only, each at most SS_NODE_MAX: no sign, no overflow */
+		errno = 0;
+		lo = strtol(r, &end, 10);
+		hi = lo;
+		if (!isdigit((unsigned char)*r) || end == r || errno ||
+		    lo > SS_NODE_MAX || (dash ? end != dash : *end != '\0'))
 			return ss_error_set(SS_EUSAGE, "not a number range",
-					    NULL, "node list range '%s'", r);
+					    "node numbers are 0 to 999999999",
+					    "node list range '%s'", r);
 		if (dash) {
+			errno = 0;
 			hi = strtol(dash + 1, &end, 10);
-			if (end == dash + 1 || *end || hi < lo ||
-			    hi - lo > 4096)
-				return ss_error_set(SS_EUSAGE,
-						    "not a number range", NULL,
-						    "node list range '%s'", r);
+			if (!isdigit((unsigned char)dash[1]) ||
+			    end == dash + 1 || *end || errno ||
+			    hi > SS_NODE_MAX || hi < lo || hi - lo > 4096)
+				return ss_error_set(
+					SS_EUSAGE, "not a number range",
+					"node numbers are 0 to 999999999, "
+					"at most 4097 in a range",
+					"node list range '%s'", r);
 		}
 		for (long v = lo; v <= hi && rc == 0; v++) {
 			/* zero padding as written: node[01-04] is node01 */
@@ -122,6 +139,9 @@ int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n)
 			start = p + 1;
 		}
 	}
+	if (rc == 0 && *n == 0)
+		rc = ss_error_set(SS_EUSAGE, "it names no host", NULL,
+				  "node list '%s'", nodelist);
 	if (rc < 0)
 		ss_strings_free(hosts, *n);
 	return rc;

@@ -225,41 +225,61 @@ static uint64_t ss_line_number(struct ss_reader *r, uint64_t at)
 	return n;
 }
 
+/*
+ * One line of @f into @buf (SS_MAX_LINE + 2 bytes), without its newline,
+ * NUL-terminated; NUL bytes in it are kept (fgets would hide them, and
+ * what follows).  A line longer than SS_MAX_LINE is read to its end and
+ * its length returned as SS_MAX_LINE + 1.  @bytes: what was consumed, the
+ * newline included (0 at the end of the file).  Returns the length, or
+ * -1 on a read error.
+ */
+static ssize_t ss_read_line(FILE *f, char *buf, uint64_t *bytes)
+{
+	size_t n = 0;
+	int c;
+
+	*bytes = 0;
+	while ((c = getc_unlocked(f)) != EOF) {
+		++*bytes;
+		if (c == '\n')
+			break;
+		if (n <= SS_MAX_LINE)
+			buf[n++] = (char)c;
+	}
+	if (ferror(f))
+		return -1;
+	buf[n] = '\0';
+	return (ssize_t)n;
+}
+
 int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 {
 	char why[160];
 
 	for (;;) {
-		uint64_t start = r->pos;
+		uint64_t start = r->pos, bytes;
 		ssize_t len;
 
 		if (r->end && start >= r->end)
 			return 0;
-		/* fgets into a fixed buffer: memory stays bounded whatever the
-		 * file holds; a longer line is read past and reported. */
-		if (!fgets(r->line, SS_MAX_LINE + 2, r->f)) {
-			if (ferror(r->f))
-				return ss_error_set(-EIO, NULL, NULL,
-						    "reading '%s'", r->path);
+		/* a fixed buffer: memory stays bounded whatever the file
+		 * holds; a longer line is read past and reported */
+		len = ss_read_line(r->f, r->line, &bytes);
+		if (len < 0)
+			return ss_error_set(-EIO, NULL, NULL, "reading '%s'",
+					    r->path);
+		if (bytes == 0)
 			return 0;
-		}
-		len = (ssize_t)strlen(r->line);
-		r->pos += (uint64_t)len;
+		/* every byte counts, a NUL too: byte ranges of the file then
+		 * hold each line exactly once */
+		r->pos += bytes;
 		r->lines++;
-		if (len > 0 && r->line[len - 1] == '\n') {
-			len--;
-		} else if (len > SS_MAX_LINE) {
-			int c;
-
-			while ((c = fgetc(r->f)) != EOF) {
-				r->pos++;
-				if (c == '\n')
-					break;
-			}
-		}
 		if (len > SS_MAX_LINE)
 			snprintf(why, sizeof(why), "longer than %d bytes",
 				 SS_MAX_LINE);
+		else if (memchr(r->line, '\0', (size_t)len))
+			snprintf(why, sizeof(why),
+				 "a NUL byte in the line (a binary file?)");
 		else if (ss_parse_example(r->line, (size_t)len, ex, why,
 					  sizeof(why)) == 0)
 			return 1;
