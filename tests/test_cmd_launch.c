@@ -209,30 +209,34 @@ Test(cmd_launch, output_is_prefixed_by_rank)
 }
 
 /*
- * Runs `launch LAUNCH_ARGS -- train` on 400000 examples and kills its
- * last-forked rank with SIGKILL half a second after it appears; @out gets
- * "launch status N" and launch's output.
- */
-/*
- * Kill rank @victim with SIGKILL once it has trained a second (its first
- * progress line: begun, whatever the machine's load), then wait for
- * launch; its status and output in @out.
+ * Runs `launch LAUNCH_ARGS -- train` on 400000 examples (big.txt, its
+ * last 4000 also in held.txt) with MODEL, one thread and TRAIN_ARGS, and
+ * kills rank @victim with SIGKILL once the shell condition @ready holds
+ * in the data folder (NULL: once the victim has trained a second, its
+ * first progress line: begun, whatever the machine's load; TRAIN_ARGS
+ * then give --progress 1); @out gets "launch status N" and launch's
+ * output.
  */
 static void launch_and_kill_a_rank(char *out, size_t size, int p,
-				   const char *launch_args, int victim)
+				   const char *launch_args,
+				   const char *train_args, int victim,
+				   const char *ready)
 {
-	char cmd[2048];
+	char cmd[2048], progress[64];
 
+	snprintf(progress, sizeof(progress),
+		 "grep -q '^.rank %d. rank %d: ' out", victim, victim);
 	snprintf(
 		cmd, sizeof(cmd),
-		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
-		"%s launch %s --port %d -- train --data %s/big.txt " MODEL
-		" --threads 1 --progress 1 > %s/out 2>&1 & L=$!; "
-		"for i in $(seq 600); do grep -q '^.rank %d. rank %d: ' %s/out && break; sleep 0.05; done; "
+		"cd %s && %s gen-data --out big.txt --examples 400000 --cardinality 300 >/dev/null && "
+		"tail -n 4000 big.txt > held.txt || exit 9; "
+		"%s launch %s --port %d -- train --data big.txt " MODEL
+		" --threads 1 %s > out 2>&1 & L=$!; "
+		"for i in $(seq 600); do %s && break; sleep 0.05; done; "
 		"kill -KILL $(pgrep -P $L -f -- '--rank %d --peers'); wait $L; "
-		"echo \"launch status $?\"; cat %s/out",
-		SS_COMMAND, dir, SS_COMMAND, launch_args, p, dir, dir, victim,
-		victim, dir, victim, dir);
+		"echo \"launch status $?\"; cat out",
+		dir, SS_COMMAND, SS_COMMAND, launch_args, p, train_args,
+		ready ? ready : progress, victim);
 	cmd_run(out, size, "%s", cmd);
 }
 
@@ -244,7 +248,8 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 {
 	char out[8192];
 
-	launch_and_kill_a_rank(out, sizeof(out), port() + 4, "-n 2", 1);
+	launch_and_kill_a_rank(out, sizeof(out), port() + 4, "-n 2",
+			       "--progress 1", 1, NULL);
 	cr_assert(strstr(out, "launch status 1"), "%s", out);
 	cr_assert(strstr(out, "rank 1 failed (killed by SIGKILL); stopping the "
 			      "other ranks"),
@@ -264,7 +269,8 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
 	char out[16384];
 
 	launch_and_kill_a_rank(out, sizeof(out), port() + 6,
-			       "-n 3 --restarts 1 --json", 2);
+			       "-n 3 --restarts 1 --json", "--progress 1", 2,
+			       NULL);
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
 	cr_assert(strstr(out, "failed (killed by SIGKILL); starting it again "
 			      "(restart 1 of 1)"),
@@ -300,21 +306,16 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins)
  */
 Test(cmd_launch, a_killed_owner_rejoins_from_its_shard_checkpoint)
 {
-	char cmd[2048], out[32768];
+	char train[512], out[32768];
 	const char *job;
 
-	snprintf(
-		cmd, sizeof(cmd),
-		"cd %s && %s gen-data --out big.txt --examples 400000 --cardinality 300 >/dev/null && "
-		"tail -n 4000 big.txt > held.txt || exit 9; "
-		"%s launch -n 3 --restarts 1 --json --port %d -- train --data big.txt "
-		"--test held.txt " MODEL
-		" --threads 1 --progress 0 --epochs 3 --save %s/ck.{rank} --save-every 1 > out 2>&1 & L=$!; "
-		"for i in $(seq 600); do [ -f ck.2 ] && break; sleep 0.1; done; "
-		"kill -KILL $(pgrep -P $L -f -- '--rank 2 --peers'); wait $L; "
-		"echo \"launch status $?\"; cat out",
-		dir, SS_COMMAND, SS_COMMAND, port() + 20, dir);
-	cmd_run(out, sizeof(out), "%s", cmd);
+	snprintf(train, sizeof(train),
+		 "--test held.txt --progress 0 --epochs 3 --save %s/ck.{rank} "
+		 "--save-every 1",
+		 dir);
+	launch_and_kill_a_rank(out, sizeof(out), port() + 20,
+			       "-n 3 --restarts 1 --json", train, 2,
+			       "[ -f ck.2 ]");
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
 	cr_assert(strstr(out, "rank 2 failed (killed by SIGKILL); starting it "
 			      "again (restart 1 of 1)"),

@@ -43,10 +43,10 @@ static int ss_push(char ***list, int *n, int *cap, const char *s)
 	return 0;
 }
 
-/* One "prefix[ranges]suffix" item (or a plain name). */
 /* The largest node number a range may name. */
 #define SS_NODE_MAX 999999999L
 
+/* One "prefix[ranges]suffix" item (or a plain name). */
 static int ss_expand_item(const char *item, size_t len, char ***list, int *n,
 			  int *cap)
 {

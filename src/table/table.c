@@ -501,22 +501,37 @@ static uint32_t ss_barrier_number(struct ss_table *tb)
 	return want;
 }
 
+/*
+ * Wait, until @deadline, for every live peer's hello (@want 0) or its
+ * barrier @want; the error names the first that has not come.
+ */
+static int ss_wait_peers(struct ss_table *tb, uint64_t deadline, uint32_t want)
+{
+	for (int p = 0; p < tb->world; p++)
+		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		       (want ? atomic_load(&tb->barrier_seen[p]) < want :
+			       !atomic_load(&tb->hello_seen[p]))) {
+			if (ss_deadline_passed(deadline))
+				return ss_error_set(
+					-ETIMEDOUT,
+					want ? "it did not come" :
+					       "it never said hello",
+					NULL,
+					"table barrier of rank %d: rank %d",
+					tb->rank, p);
+			ss_sleep_ns(200000);
+		}
+	return 0;
+}
+
 int ss_table_barrier(struct ss_table *tb, unsigned timeout_ms)
 {
 	uint64_t deadline = ss_deadline_ns(timeout_ms);
 	uint32_t want;
 
 	/* every live peer's count known before we number ours */
-	for (int p = 0; p < tb->world; p++)
-		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
-		       !atomic_load(&tb->hello_seen[p])) {
-			if (ss_deadline_passed(deadline))
-				return ss_error_set(
-					-ETIMEDOUT, "it never said hello", NULL,
-					"table barrier of rank %d: rank %d",
-					tb->rank, p);
-			ss_sleep_ns(200000);
-		}
+	if (ss_wait_peers(tb, deadline, 0) < 0)
+		return -ETIMEDOUT;
 	want = ss_barrier_number(tb);
 	atomic_store(&tb->barrier_wanted, want);
 	ss__table_wake(tb);
@@ -532,17 +547,7 @@ int ss_table_barrier(struct ss_table *tb, unsigned timeout_ms)
 				"table barrier of rank %d", tb->rank);
 		ss_sleep_ns(20000);
 	}
-	for (int p = 0; p < tb->world; p++)
-		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
-		       atomic_load(&tb->barrier_seen[p]) < want) {
-			if (ss_deadline_passed(deadline))
-				return ss_error_set(
-					-ETIMEDOUT, "it did not come", NULL,
-					"table barrier of rank %d: rank %d",
-					tb->rank, p);
-			ss_sleep_ns(200000);
-		}
-	return 0;
+	return ss_wait_peers(tb, deadline, want);
 }
 
 void ss_table_pause_applier(struct ss_table *tb, bool paused)

@@ -226,30 +226,44 @@ static uint64_t ss_line_number(struct ss_reader *r, uint64_t at)
 }
 
 /*
- * One line of @f into @buf (SS_MAX_LINE + 2 bytes), without its newline,
- * NUL-terminated; NUL bytes in it are kept (fgets would hide them, and
- * what follows).  A line longer than SS_MAX_LINE is read to its end and
- * its length returned as SS_MAX_LINE + 1.  @bytes: what was consumed, the
- * newline included (0 at the end of the file).  Returns the length, or
- * -1 on a read error.
+ * The next line into r->line (SS_MAX_LINE + 2 bytes), without its
+ * newline, NUL-terminated, NUL bytes in it kept; @bytes: what it took of
+ * the file, the newline included (0 at the end).  fgets, fast, does it:
+ * a line that ends in its newline holds no NUL (strlen would stop there).
+ * Any other (the file's last, an overlong one, one with a NUL byte that
+ * hides the rest from strlen) is measured by the stream's position.  A
+ * line longer than SS_MAX_LINE is read to its end and comes out as
+ * SS_MAX_LINE + 1 long.  Returns the length, or -1 on a read error.
  */
-static ssize_t ss_read_line(FILE *f, char *buf, uint64_t *bytes)
+static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 {
-	size_t n = 0;
+	size_t len;
+	off_t at;
 	int c;
 
 	*bytes = 0;
-	while ((c = getc_unlocked(f)) != EOF) {
-		++*bytes;
-		if (c == '\n')
-			break;
-		if (n <= SS_MAX_LINE)
-			buf[n++] = (char)c;
+	if (!fgets(r->line, SS_MAX_LINE + 2, r->f))
+		return ferror(r->f) ? -1 : 0;
+	len = strlen(r->line);
+	if (len > 0 && r->line[len - 1] == '\n') {
+		*bytes = len;
+		return (ssize_t)len - 1;
 	}
-	if (ferror(f))
+	at = ftello(r->f);
+	if (at < 0)
 		return -1;
-	buf[n] = '\0';
-	return (ssize_t)n;
+	*bytes = (uint64_t)at - r->pos;
+	len = (size_t)*bytes;
+	if (len > 0 && r->line[len - 1] == '\n') {
+		r->line[--len] = '\0';
+	} else if (len > SS_MAX_LINE) {
+		while ((c = fgetc(r->f)) != EOF) {
+			++*bytes;
+			if (c == '\n')
+				break;
+		}
+	}
+	return (ssize_t)len;
 }
 
 int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
@@ -264,7 +278,7 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 			return 0;
 		/* a fixed buffer: memory stays bounded whatever the file
 		 * holds; a longer line is read past and reported */
-		len = ss_read_line(r->f, r->line, &bytes);
+		len = ss_read_line(r, &bytes);
 		if (len < 0)
 			return ss_error_set(-EIO, NULL, NULL, "reading '%s'",
 					    r->path);

@@ -146,25 +146,38 @@ void ss_table_report_text(const struct ss_train_cmd *c,
 			       "");
 }
 
+/*
+ * This rank's shard from @path, the MLPs into @mlps; @option names what
+ * gave the path, in errors and warnings; *@has_acc: whether it held
+ * Adagrad's accumulators.  Returns 0 or an error.
+ */
+static int ss_load_shard(struct ss_train_cmd *c, const char *path, float *mlps,
+			 const char *option, bool *has_acc)
+{
+	*has_acc = false;
+	if (ss_train_load_shard(c, path, mlps, has_acc) < 0)
+		return ss_error_prefix(option);
+	if (c->train.adagrad_acc && !*has_acc)
+		ss_log_warn("%s: '%s' holds no Adagrad accumulators (saved "
+			    "by an SGD run): they start from zero",
+			    option, path);
+	return 0;
+}
+
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
 {
 	char buf[4096];
 	const char *path =
 		ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
-	bool has_acc = false;
-	int rc = ss_train_load_shard(c, path, params, &has_acc);
+	bool has_acc;
+	int rc = ss_load_shard(c, path, params, "--load", &has_acc);
 
-	if (rc < 0)
-		return ss_error_prefix("--load");
-	ss_log_info("resuming shard %d of %d from %s (%" PRIu64
-		    " examples seen%s)",
-		    c->fabric.rank, c->fabric.world, path, c->resumed,
-		    has_acc ? ", Adagrad's accumulators" : "");
-	if (c->train.adagrad_acc && !has_acc)
-		ss_log_warn("--load: '%s' holds no Adagrad accumulators (saved "
-			    "by an SGD run): they start from zero",
-			    path);
-	return 0;
+	if (rc == 0)
+		ss_log_info("resuming shard %d of %d from %s (%" PRIu64
+			    " examples seen%s)",
+			    c->fabric.rank, c->fabric.world, path, c->resumed,
+			    has_acc ? ", Adagrad's accumulators" : "");
+	return rc;
 }
 
 int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
@@ -173,37 +186,37 @@ int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
 	const char *path = c->save ? ss_checkpoint_path(c, c->save, true, buf,
 							sizeof(buf)) :
 				     NULL;
-	size_t dense = ss_model_dense_len(&c->model);
 	float *mlps = params;
-	bool has_acc = false;
+	bool has_acc;
 	int rc;
 
 	/* what the failed process saved last, else what the job began from */
-	if ((!path || access(path, F_OK) != 0) && c->load)
+	if (!path || access(path, F_OK) != 0) {
+		if (!c->load) {
+			ss_log_warn("rejoining: no checkpoint of shard %d%s%s: "
+				    "its rows start again from their first "
+				    "values (--save-every keeps one)",
+				    c->fabric.rank, path ? " at " : "",
+				    path ? path : "");
+			return 0;
+		}
 		path = ss_checkpoint_path(c, c->load, false, load_buf,
 					  sizeof(load_buf));
-	else if (!path || access(path, F_OK) != 0) {
-		ss_log_warn(
-			"rejoining: no checkpoint of shard %d%s%s: its rows "
-			"start again from their first values (--save-every "
-			"keeps one)",
-			c->fabric.rank, path ? " at " : "", path ? path : "");
-		return 0;
 	}
 	/* the running ranks' MLPs are newer than the checkpoint's */
 	if (live) {
-		mlps = malloc(dense * sizeof(float));
+		mlps = malloc(ss_model_dense_len(&c->model) * sizeof(float));
 		if (!mlps)
-			return -ENOMEM;
+			return ss_error_set(-ENOMEM, NULL, NULL,
+					    "--rejoin: the checkpoint's MLPs");
 	}
-	rc = ss_train_load_shard(c, path, mlps, &has_acc);
+	rc = ss_load_shard(c, path, mlps, "--rejoin", &has_acc);
 	if (live)
 		free(mlps);
-	if (rc < 0)
-		return ss_error_prefix("--rejoin");
-	ss_log_warn("rejoining: shard %d of %d from %s (%" PRIu64
-		    " examples seen), the MLPs from %s",
-		    c->fabric.rank, c->fabric.world, path, c->resumed,
-		    live ? "the running ranks" : "it too");
-	return 0;
+	if (rc == 0)
+		ss_log_warn("rejoining: shard %d of %d from %s (%" PRIu64
+			    " examples seen), the MLPs from %s",
+			    c->fabric.rank, c->fabric.world, path, c->resumed,
+			    live ? "the running ranks" : "it too");
+	return rc;
 }
