@@ -226,7 +226,13 @@ static void ss_conn_param(struct ss_fabric *f, int p, const void *hello,
 	param->private_data_len = sizeof(struct ss__hello);
 	param->responder_resources = rd;
 	param->initiator_depth = rd;
-	param->retry_count = 7;
+	/*
+	 * 6, not 7: soft-RoCE (rxe_comp.c) takes a retry count of 7 as
+	 * "retry for ever", so a powered-off host never failed an operation
+	 * over rxe; 6 ends in a retry-exceeded completion after 7 tries on
+	 * every device.
+	 */
+	param->retry_count = SS_VERBS_RETRY_COUNT;
 	/*
 	 * 7 would retry a receiver not ready for ever; 6 gives up after six
 	 * RNR waits (the receiver's min_rnr_timer, 491 ms: about 3 s) and
@@ -280,9 +286,9 @@ static void ss_cm_fail(struct ss_fabric *f, int rc)
 /*
  * The ACK timeout of the queue pair @id will make, set before rdma_cm
  * computes its attributes: 4.096 us x 2^t per try, SS_VERBS_ACK_TIMEOUT
- * (t = 17: 0.54 s) unless SS_ACK_TIMEOUT says; with retry_count 7 a host
- * that died (no disconnect, no reply) fails the operation in flight
- * after about 8 tries, 4.3 s.  Left to rdma_cm, RoCE's timeout came from
+ * (t = 17: 0.54 s) unless SS_ACK_TIMEOUT says; with SS_VERBS_RETRY_COUNT
+ * (6) a host that died (no disconnect, no reply) fails the operation in
+ * flight after 7 tries, 3.8 s.  Left to rdma_cm, RoCE's timeout came from
  * the route's packet life time, and over soft-RoCE operations to a
  * powered-off host never completed at all.
  */

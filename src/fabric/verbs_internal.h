@@ -12,6 +12,7 @@
 #define SS_VERBS_RQ_DEPTH 128 /* receives posted per peer, for immediates */
 #define SS_VERBS_INLINE 64 /* inline data asked for; the QP may give less */
 #define SS_VERBS_ACK_TIMEOUT 17 /* 4.096 us x 2^17 = 0.54 s a try */
+#define SS_VERBS_RETRY_COUNT 6 /* retries after the first try */
 
 /* wr_id layout: tag in the top bits, then peer, then sequence number. */
 #define SS_WR_RECV (1ull << 63) /* a receive, for an immediate */

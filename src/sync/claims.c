@@ -16,6 +16,12 @@
 
 void ss__claims_post(struct ss_sync *s)
 {
+	/*
+	 * Rank 0 cut off (a link down, a host not yet back): wait for the
+	 * fabric to reconnect it; ss_sync_claim's deadline bounds the wait.
+	 */
+	if (s->rank != 0 && !ss_fabric_peer_ok(s->fabric, 0))
+		return;
 	pthread_mutex_lock(&s->claim_lock);
 	for (int i = 0;
 	     i < SS_CLAIM_SLOTS &&
@@ -26,11 +32,8 @@ void ss__claims_post(struct ss_sync *s)
 		if (ss_fabric_fetch_add(s->fabric, 0, s->r[SS_R_CLAIMS],
 					8 * (size_t)(1 + i), SS_R_CLAIMS, 0, 1,
 					SS_WR_ID(0, SS_WR_CLAIM) |
-						(uint64_t)i << 40) < 0) {
-			s->claim_rc = SS_EPEER;
-			pthread_cond_broadcast(&s->claim_cond);
-			break;
-		}
+						(uint64_t)i << 40) < 0)
+			break; /* rank 0 just failed: tried again once back */
 		s->claim_busy[i] = true;
 		s->claims_in_flight++;
 	}
@@ -51,7 +54,16 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 	pthread_mutex_lock(&s->claim_lock);
 	s->claim_busy[i] = false;
 	s->claims_in_flight--;
-	if (c->status) {
+	if (c->status == SS_EPEER) {
+		/*
+		 * Lost with the connection: rank 0 may have counted it, and
+		 * then that chunk goes untrained.  The claim is made again
+		 * once rank 0 is back.
+		 */
+		s->claims_lost++;
+		ss_log_warn("sync: a chunk claim was lost with the connection "
+			    "to rank 0: that chunk may go untrained");
+	} else if (c->status) {
 		s->claim_rc = c->status;
 	} else {
 		s->claim_queue[(s->claim_head + s->claim_count) %
@@ -118,8 +130,8 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 		return ss_error_set(
 			rc,
 			rc == -ETIMEDOUT ?
-				"no answer from rank 0, which holds the chunk counter" :
-				"rank 0, which holds the chunk counter, is gone",
+				"no answer from rank 0, which holds the chunk counter (it failed and has not come back)" :
+				"rank 0, which holds the chunk counter, refused it",
 			"see rank 0's own messages",
 			"claiming a chunk of the data (rank %d)", s->rank);
 	return 0;
