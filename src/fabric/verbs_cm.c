@@ -972,6 +972,34 @@ static void ss_rejoin_step(struct ss_fabric *f, int p)
 	}
 }
 
+/*
+ * Whether our port is up, looked at no more than every 50 ms (a failed
+ * peer has the reconnection step run at every poll).  While it is down
+ * nothing is sent to reconnect: a disconnect or a teardown sends a CM
+ * message, and soft-RoCE puts its CM queue pair (QP1) in the error state
+ * for good when it cannot send one, after which no connection to or from
+ * this host is made again (rxe in Linux 6.1; perftest's rdma_cm mode
+ * breaks the same way).  The port's own PORT_ERR event may come after
+ * the error completions that failed the peers, so it is asked, and the
+ * first step waits for the first retry (0.5 s) in any case.
+ */
+static bool ss_port_up(struct ss_verbs *v)
+{
+	uint64_t now = ss_now_ns();
+	struct ibv_port_attr pa;
+
+	if (now - v->port_seen_ns < 50 * 1000000ull)
+		return !v->port_down;
+	v->port_seen_ns = now;
+	bool down = ibv_query_port(v->ctx, v->port, &pa) == 0 &&
+		    pa.state != IBV_PORT_ACTIVE;
+	if (v->port_down && !down)
+		ss_log_info("verbs: %s is up again: reconnecting",
+			    ss__verbs_where(v));
+	v->port_down = down;
+	return !down;
+}
+
 void ss__verbs_reconnect(struct ss_fabric *f)
 {
 	struct ss_verbs *v = f->backend;
@@ -983,6 +1011,8 @@ void ss__verbs_reconnect(struct ss_fabric *f)
 
 		if (p == f->opts.rank || !f->peers[p].failed)
 			continue;
+		if (!ss_port_up(v))
+			return;
 		if (vp->rejoin != SS_RJ_NONE) {
 			ss_rejoin_step(f, p);
 			continue;
@@ -990,10 +1020,14 @@ void ss__verbs_reconnect(struct ss_fabric *f)
 		if (p > f->opts.rank) {
 			/*
 			 * It connects to us.  Still up here but failed (an
-			 * error completion): disconnect, so that it knows.
+			 * error completion): disconnect, so that it knows;
+			 * not before the first retry is due (0.5 s), so that
+			 * a link that went down has had its port marked down
+			 * (its sends fail a moment before).
 			 */
 			if (vp->state == SS_VP_UP && vp->id &&
-			    !vp->disconnect_sent) {
+			    !vp->disconnect_sent &&
+			    ss_now_ns() >= f->peers[p].retry_ns) {
 				rdma_disconnect(vp->id);
 				vp->disconnect_sent = true;
 			}

@@ -75,6 +75,8 @@ struct ss_verbs {
 	struct ibv_device_attr dev_attr;
 	struct ibv_port_attr port_attr;
 	uint8_t port;
+	bool port_down; /* at the last look (port_seen_ns) */
+	uint64_t port_seen_ns;
 	char dev_name[64];
 	uint32_t max_inline; /* what the QPs really give */
 	size_t max_message; /* split operations above this */

@@ -95,6 +95,8 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		ss_round_message(s, kind, c->peer, round);
 	else
 		s->seen[kind][c->peer] = round;
+	if (ss__counts_barriers(kind))
+		s->barrier_msgs[c->peer]++;
 }
 
 /* One of our operations completed: in flight no more; its bandwidth. */

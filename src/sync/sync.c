@@ -221,6 +221,8 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->epoch = calloc(w, sizeof(uint32_t));
 	s->joining = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
+	s->barrier_msgs = calloc(w, sizeof(uint32_t));
+	s->barrier_fresh = calloc(w, sizeof(uint32_t));
 	s->easgd_early = calloc(w, sizeof(bool));
 	s->easgd_early_round = calloc(w, sizeof(uint32_t));
 	s->in_flight = calloc(w, sizeof(int));
@@ -231,7 +233,8 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->member_index = calloc(w, sizeof(int));
 	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->barrier_sent || !s->easgd_early ||
+	    !s->joining || !s->barrier_sent || !s->barrier_msgs ||
+	    !s->barrier_fresh || !s->easgd_early ||
 	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
 	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
 	    !s->member_index || !s->left)
@@ -343,6 +346,8 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->epoch);
 	free(s->joining);
 	free(s->barrier_sent);
+	free(s->barrier_msgs);
+	free(s->barrier_fresh);
 	free(s->reads_ok);
 	free(s->easgd_early);
 	free(s->left_out);
@@ -444,6 +449,16 @@ bool ss__barrier_due(const struct ss_sync *s)
 			continue;
 		if (member && (s->left[p] || !ok))
 			return true; /* a member is gone: re-divide */
+		/*
+		 * It waits at the barrier we have yet to run: it let in a
+		 * peer we had not reconnected yet, or went on without one
+		 * we kept (each came out of the last barrier with other
+		 * members).  Meet it there, or it waits out its timeout.
+		 * Not one that has stopped (its last barrier, in
+		 * ss_sync_finish, waits for us to finish too).
+		 */
+		if (ok && !s->paused[p] && ss__got(s, SS_MSG_BARRIER, p))
+			return true;
 		if (!ok || s->left[p])
 			continue;
 		/*
@@ -606,6 +621,8 @@ int ss_sync_finish(struct ss_sync *s, int *missing)
 				    "stop it first (ss_shadow_stop)",
 				    "finishing rank %d", s->rank);
 	pthread_mutex_lock(&s->fabric_lock);
+	/* no more rounds from us: nobody waits for us in one */
+	ss__stop_peers(s);
 	rc = ss__barrier(s);
 	if (rc == -ETIMEDOUT) {
 		/* the ranks that came go on together, the others alone */

@@ -170,6 +170,13 @@ struct ss_sync {
 	uint32_t *epoch;
 	bool *joining; /* asked to join: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
+	/*
+	 * BARRIER and BARRIER_DONE messages received from each peer, and
+	 * the count its next one must reach to count in this barrier: set
+	 * when we caught up to its barrier number, which it may have left
+	 * (ss_barrier_catch_up).
+	 */
+	uint32_t *barrier_msgs, *barrier_fresh;
 	struct ss__state *state; /* ours, in SS_R_STATE */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
@@ -291,7 +298,9 @@ static inline size_t ss__arrival(const struct ss_sync *s, uint32_t round, int p)
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
 	if (!ss__round_kind(kind))
-		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0;
+		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0 &&
+		       (!ss__counts_barriers(kind) ||
+			s->barrier_msgs[p] >= s->barrier_fresh[p]);
 	return s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;
 }
 
