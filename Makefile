@@ -48,7 +48,8 @@ VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor test_table
 NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
 CLUSTER2_TESTS := tests/cluster/fabric
-CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss
+CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
+	tests/cluster/link-flap
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
