@@ -474,6 +474,14 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },
 		{ "-n 2 --restarts -1 -- train --data x", "--restarts" },
+		{ "--peers a:1,b:1 -- train --data x",
+		  "--peers and --rank go together" },
+		{ "--rank 1 -- train --data x",
+		  "--peers and --rank go together" },
+		{ "--peers a:1,b:1 --rank 2 -- train --data x",
+		  "--rank 2 (--peers names 2 ranks): there is no such rank" },
+		{ "--peers a:1,b:1 --rank 0 --port 7000 -- train --data x",
+		  "leave out -n, --host and --port" },
 	};
 	char cmd[512], out[4096];
 
@@ -485,6 +493,39 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		cr_expect(strstr(out, cases[i].says), "%s: wanted '%s' in: %s",
 			  cases[i].args, cases[i].says, out);
 	}
+}
+
+/*
+ * A job over hosts: one launch per rank, each given the whole address
+ * list (here two on this machine over shm); each runs its own rank, and
+ * they agree on the job key without being told one.
+ */
+Test(cmd_launch, one_rank_of_a_job_over_hosts_per_launch)
+{
+	char cmd[1024], out[8192], other[8192];
+	FILE *bg;
+
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch --peers 127.0.0.1:%d,127.0.0.1:%d --rank 1 -- "
+		 "train --data %s/train.txt " MODEL
+		 " --threads 1 --progress 0 2>&1",
+		 SS_COMMAND, port() + 20, port() + 21, dir);
+	bg = popen(cmd, "r");
+	cr_assert(bg);
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch --peers 127.0.0.1:%d,127.0.0.1:%d --rank 0 -- "
+		 "train --data %s/train.txt " MODEL
+		 " --threads 1 --progress 0 2>&1",
+		 SS_COMMAND, port() + 20, port() + 21, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
+	other[fread(other, 1, sizeof(other) - 1, bg)] = '\0';
+	cr_assert_eq(pclose(bg), 0, "%s", other);
+	cr_assert(strstr(out, "launch: rank 0 of the job at 127.0.0.1:"),
+		  "%s", out);
+	cr_assert(strstr(other, "launch: rank 1 of the job at 127.0.0.1:"),
+		  "%s", other);
+	cr_assert(strstr(other, "[rank 1] "), "%s", other);
+	cr_assert(strstr(out, "rounds/s"), "%s", out);
 }
 
 Test(cmd_launch, help_names_every_option)

@@ -34,6 +34,7 @@ static void ss_launch_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: shadowsync launch -n N [OPTIONS] -- train [TRAIN OPTIONS]\n"
+		"       shadowsync launch --peers LIST --rank R [OPTIONS] -- train ...\n"
 		"\n"
 		"Start N ranks of 'shadowsync train' on this machine, connected to each\n"
 		"other, print their output prefixed by rank and one combined summary.\n"
@@ -43,6 +44,11 @@ static void ss_launch_usage(FILE *out)
 		"SS_JOB_KEY give one.\n"
 		"\n"
 		"  -n, --ranks N       ranks to start (1 to %d)\n"
+		"  --peers LIST        the addresses of every rank of a job over several\n"
+		"                      hosts (host:port,...), with --rank R: run only rank\n"
+		"                      R here, one launch per host (for --restarts); the\n"
+		"                      job key, unless given, comes from LIST\n"
+		"  --rank R            this host's rank in --peers\n"
 		"  --transport T       shm (default), verbs or auto\n"
 		"  --host ADDR         address the ranks listen on (default 127.0.0.1;\n"
 		"                      over verbs: the RDMA netdev's address)\n"
@@ -83,6 +89,8 @@ struct ss_launch {
 	long restarts; /* --restarts: how many in all */
 	int restarted; /* how many so far */
 	char *peers; /* every rank's address, as --peers */
+	const char *job_peers; /* --peers: one rank of a job over hosts */
+	long first_rank; /* --rank: the job's rank of our first process */
 	bool json, start_failed, bind;
 	pid_t launcher;
 	uint64_t nonce; /* random: the default port and job key */
@@ -129,6 +137,51 @@ static int ss_launch_check_train_args(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * The job key of a job over hosts, the same on each: from the address
+ * list, which no two running jobs share (FNV-1a, 48 bits as the random
+ * key has).
+ */
+static uint64_t ss_launch_peers_key(const char *peers)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (const char *c = peers; *c; c++)
+		h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+	return h >> 16;
+}
+
+/* --peers and --rank: one rank of a job over hosts, or neither. */
+static int ss_launch_check_hosts(struct ss_launch *l, bool placed,
+				 bool rank_given)
+{
+	int world = 1;
+
+	if (!l->job_peers && !rank_given)
+		return 0;
+	if (!l->job_peers || !rank_given)
+		return ss_error_set(
+			SS_EUSAGE, "--peers and --rank go together",
+			"shadowsync launch --peers h0:7000,h1:7000 --rank 1 -- train ...",
+			"%s", l->job_peers ? "--peers" : "--rank");
+	if (l->n > 1 || placed)
+		return ss_error_set(
+			SS_EUSAGE,
+			"with --peers, launch runs this host's one rank at the address --peers gives it",
+			"leave out -n, --host and --port",
+			"%s", l->n > 1 ? "-n" : "--host/--port");
+	for (const char *c = l->job_peers; *c; c++)
+		world += *c == ',';
+	if (l->first_rank >= world)
+		return ss_error_set(
+			SS_EUSAGE, "there is no such rank in --peers",
+			"ranks are numbered from 0 in the order of --peers",
+			"--rank %ld (--peers names %d rank%s)", l->first_rank,
+			world, world == 1 ? "" : "s");
+	l->n = 1;
+	return 0;
+}
+
 static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 {
 	static const struct option options[] = {
@@ -138,6 +191,8 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		{ "port", required_argument, NULL, 'p' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "restarts", required_argument, NULL, 'R' },
+		{ "peers", required_argument, NULL, 'P' },
+		{ "rank", required_argument, NULL, 'r' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "bind", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
@@ -146,6 +201,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 	static const char *const binds[] = { "spread", "none", NULL };
 	long v;
 	int opt, i, rc = 0;
+	bool placed = false, rank_given = false; /* --host or --port; --rank */
 
 	l->bind = true;
 	l->transport = SS_TRANSPORT_SHM;
@@ -173,10 +229,21 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 			break;
 		case 'H':
 			l->host = optarg;
+			placed = true;
 			break;
 		case 'p':
 			rc = ss_parse_long("--port", optarg, 1, 65535 - 64,
 					   &l->port);
+			placed = true;
+			break;
+		case 'P':
+			l->job_peers = optarg;
+			break;
+		case 'r':
+			rc = ss_parse_long("--rank", optarg, 0,
+					   SS_FABRIC_MAX_PEERS - 1,
+					   &l->first_rank);
+			rank_given = true;
 			break;
 		case 'T':
 			rc = ss_parse_long("--timeout", optarg, 0, 30 * 86400,
@@ -202,6 +269,9 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		if (rc < 0)
 			return rc;
 	}
+	rc = ss_launch_check_hosts(l, placed, rank_given);
+	if (rc < 0)
+		return rc;
 	if (l->n == 0)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "say how many ranks: -n 4", "-n");
@@ -209,7 +279,10 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 	l->train_argv = argv + optind;
 	if (!getenv("SS_JOB_KEY"))
 		snprintf(l->job_key, sizeof(l->job_key), "%llu",
-			 (unsigned long long)(l->nonce >> 16));
+			 (unsigned long long)(l->job_peers ?
+						      ss_launch_peers_key(
+							      l->job_peers) :
+						      l->nonce >> 16));
 	for (int k = 0; k < l->train_argc; k++)
 		if (!strncmp(l->train_argv[k], "--job-key", 9))
 			l->job_key[0] = '\0';
@@ -307,7 +380,7 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 		_exit(127);
 	if (l->bind && l->n_cores > 0)
 		ss_launch_bind(l, r);
-	snprintf(rank, sizeof(rank), "%d", r);
+	snprintf(rank, sizeof(rank), "%ld", l->first_rank + r);
 	argv[n++] = "shadowsync";
 	for (int i = 0; i < l->train_argc; i++)
 		argv[n++] = l->train_argv[i];
@@ -364,7 +437,7 @@ static int ss_launch_start(struct ss_launch *l)
 	size_t size = (size_t)l->n * (strlen(l->host) + 8);
 	int rc = 0;
 
-	l->peers = malloc(size + 1);
+	l->peers = l->job_peers ? strdup(l->job_peers) : malloc(size + 1);
 	if (!l->peers)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
 	if (l->bind)
@@ -372,8 +445,9 @@ static int ss_launch_start(struct ss_launch *l)
 	if (rc < 0)
 		return rc;
 	l->launcher = getpid();
-	l->peers[0] = '\0';
-	for (int r = 0; r < l->n; r++)
+	if (!l->job_peers)
+		l->peers[0] = '\0';
+	for (int r = 0; r < l->n && !l->job_peers; r++)
 		snprintf(l->peers + strlen(l->peers),
 			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",
 			 l->host, l->port + r);
@@ -401,7 +475,8 @@ static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 			free(p->json);
 			p->json = strndup(start, n);
 		} else {
-			fprintf(to, "[rank %d] %.*s\n", r, (int)n, start);
+			fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r, (int)n,
+				start);
 		}
 		start += n + (nl ? 1 : 0);
 	}
@@ -409,7 +484,8 @@ static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 	memmove(buf, start, *len);
 	/* A line longer than the buffer goes out in pieces. */
 	if (*len == 4096 - 1) {
-		fprintf(to, "[rank %d] %.*s\n", r, (int)*len, buf);
+		fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r,
+			(int)*len, buf);
 		*len = 0;
 	}
 }
@@ -489,9 +565,9 @@ static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 	l->restarted++;
 	p->restarts++;
 	fprintf(stderr,
-		"shadowsync launch: rank %d failed (%s); starting it again "
+		"shadowsync launch: rank %ld failed (%s); starting it again "
 		"(restart %d of %ld)\n",
-		r, what, l->restarted, l->restarts);
+		l->first_rank + r, what, l->restarted, l->restarts);
 	rc = ss_launch_spawn(l, r);
 	if (rc < 0) {
 		ss_error_print(stderr, ss_launch_prog, rc);
@@ -580,8 +656,8 @@ static int ss_launch_wait(struct ss_launch *l)
 				failed++;
 				if (!stopping)
 					fprintf(stderr,
-						"shadowsync launch: rank %d failed (%s); stopping the other ranks\n",
-						r, what);
+						"shadowsync launch: rank %ld failed (%s); stopping the other ranks\n",
+						l->first_rank + r, what);
 				stopping = true;
 			}
 		if (ss_launch_interrupted && !stopping) {
@@ -757,9 +833,15 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 	struct ss_launch_totals t;
 
 	ss_launch_totals(l, &t);
-	printf("launch: %d ranks over %s, %s", l->n,
-	       ss_transport_name(l->transport),
-	       failed ? "FAILED" : "all succeeded");
+	if (l->job_peers)
+		printf("launch: rank %ld of the job at %s, over %s, %s",
+		       l->first_rank, l->job_peers,
+		       ss_transport_name(l->transport),
+		       failed ? "FAILED" : "succeeded");
+	else
+		printf("launch: %d ranks over %s, %s", l->n,
+		       ss_transport_name(l->transport),
+		       failed ? "FAILED" : "all succeeded");
 	if (l->restarted)
 		printf(" (%d restart%s)", l->restarted,
 		       l->restarted == 1 ? "" : "s");
@@ -777,8 +859,8 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 			snprintf(what + strlen(what),
 				 sizeof(what) - strlen(what), ", restarted %dx",
 				 p->restarts);
-		printf("%5d  %-22s %10.0f %12.0f %8.4f %7.4f %6.3f %9.1f %8.1f\n",
-		       r, what, ss_json_number(j, "examples"),
+		printf("%5ld  %-22s %10.0f %12.0f %8.4f %7.4f %6.3f %9.1f %8.1f\n",
+		       l->first_rank + r, what, ss_json_number(j, "examples"),
 		       ss_json_number(j, "examples_per_s"),
 		       ss_json_number(j, "test_ne"),
 		       ss_json_number(j, "test_auc"),
