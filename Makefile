@@ -165,8 +165,8 @@ demo: deps
 # The 4-node shadow S-MA line over verbs, inside the soft-RoCE guest.
 demo-rxe: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) command
-	@tools/rxe-vm -- tools/demo --bin $(COMMAND) --out $(O)/demo-rxe \
-		--transport verbs --only shadow-ma --examples 12000 \
+	@tools/rxe-vm --hosts 4 -- tools/demo --bin $(COMMAND) \
+		--out $(O)/demo-rxe --cluster $$$$ --examples 12000 \
 		--max-rounds-per-s 0.5 $(DEMO_ARGS)
 
 # ---- install --------------------------------------------------------------
@@ -213,7 +213,7 @@ clean:
 help:
 	@echo "make              build the library, the command, tests and perf programs"
 	@echo "make demo         the main job: train four ways, print one comparison table"
-	@echo "make demo-rxe     its 4-node shadow S-MA line over verbs in the soft-RoCE guest"
+	@echo "make demo-rxe     its 4-node shadow S-MA line over verbs on 4 soft-RoCE guests"
 	@echo "make check        install missing packages, then run every test"
 	@echo "make deps         install missing Debian packages (root) or print the command"
 	@echo "make perf-deps    the same, and PyTorch for perf/vs-torch"
