@@ -69,3 +69,19 @@ Test(cmd_demo, refuses_an_unknown_line)
 			      "straggler"),
 		  "%s", out);
 }
+
+/* --cluster runs on each host of rxe-vm --hosts: outside one it says so. */
+Test(cmd_demo, cluster_mode_needs_the_cluster_environment)
+{
+	cr_assert_eq(demo("--cluster 1"), 2, "%s", out);
+	cr_assert(strstr(out, "--cluster needs SS_RANK, SS_WORLD and SS_HOSTS"),
+		  "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "SS_RANK=0 SS_WORLD=2 SS_HOSTS=a,b %s/tools/demo "
+			     "--quick --bin %s --out %s --cluster 1 --only "
+			     "fg-ma 2>&1",
+			     SS_SOURCE_DIR, SS_COMMAND, dir),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--cluster runs the shadow-ma line only"), "%s",
+		  out);
+}
