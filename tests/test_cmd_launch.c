@@ -520,8 +520,8 @@ Test(cmd_launch, one_rank_of_a_job_over_hosts_per_launch)
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	other[fread(other, 1, sizeof(other) - 1, bg)] = '\0';
 	cr_assert_eq(pclose(bg), 0, "%s", other);
-	cr_assert(strstr(out, "launch: rank 0 of the job at 127.0.0.1:"),
-		  "%s", out);
+	cr_assert(strstr(out, "launch: rank 0 of the job at 127.0.0.1:"), "%s",
+		  out);
 	cr_assert(strstr(other, "launch: rank 1 of the job at 127.0.0.1:"),
 		  "%s", other);
 	cr_assert(strstr(other, "[rank 1] "), "%s", other);

@@ -234,10 +234,9 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->joining || !s->barrier_sent || !s->barrier_msgs ||
-	    !s->barrier_fresh || !s->easgd_early ||
-	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
-	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
-	    !s->member_index || !s->left)
+	    !s->barrier_fresh || !s->easgd_early || !s->easgd_early_round ||
+	    !s->in_flight || !s->flight_start_ns || !s->flight_bytes ||
+	    !s->left_out_count || !s->bandwidth || !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;

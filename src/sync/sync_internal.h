@@ -298,7 +298,8 @@ static inline size_t ss__arrival(const struct ss_sync *s, uint32_t round, int p)
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
 	if (!ss__round_kind(kind))
-		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0 &&
+		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >=
+			       0 &&
 		       (!ss__counts_barriers(kind) ||
 			s->barrier_msgs[p] >= s->barrier_fresh[p]);
 	return s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;

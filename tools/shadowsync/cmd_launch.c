@@ -168,8 +168,8 @@ static int ss_launch_check_hosts(struct ss_launch *l, bool placed,
 		return ss_error_set(
 			SS_EUSAGE,
 			"with --peers, launch runs this host's one rank at the address --peers gives it",
-			"leave out -n, --host and --port",
-			"%s", l->n > 1 ? "-n" : "--host/--port");
+			"leave out -n, --host and --port", "%s",
+			l->n > 1 ? "-n" : "--host/--port");
 	for (const char *c = l->job_peers; *c; c++)
 		world += *c == ',';
 	if (l->first_rank >= world)
@@ -475,8 +475,8 @@ static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 			free(p->json);
 			p->json = strndup(start, n);
 		} else {
-			fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r, (int)n,
-				start);
+			fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r,
+				(int)n, start);
 		}
 		start += n + (nl ? 1 : 0);
 	}
@@ -484,8 +484,8 @@ static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 	memmove(buf, start, *len);
 	/* A line longer than the buffer goes out in pieces. */
 	if (*len == 4096 - 1) {
-		fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r,
-			(int)*len, buf);
+		fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r, (int)*len,
+			buf);
 		*len = 0;
 	}
 }
