@@ -173,6 +173,7 @@ int ss__barrier(struct ss_sync *s)
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
 			s->joining[p] = false;
+			s->view_wanted[p] = false;
 			s->left[p] = false;
 		}
 		if (!s->left[p])

@@ -85,6 +85,10 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->paused[c->peer] = true;
 		return;
 	}
+	if (kind == SS_MSG_VIEW) {
+		s->view_wanted[c->peer] = true;
+		return;
+	}
 	if (kind == SS_MSG_JOIN) {
 		if (!s->joining[c->peer])
 			ss_log_info("sync: peer %d asks to join", c->peer);
@@ -326,6 +330,14 @@ int ss__post_read(struct ss_sync *s, int p, int local, size_t local_off,
 	if (rc == 0)
 		ss_op_posted(s, p, bytes);
 	return rc;
+}
+
+void ss__call_view(struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_VIEW);
 }
 
 void ss__stop_peers(struct ss_sync *s)

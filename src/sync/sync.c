@@ -220,6 +220,7 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->paused = calloc(w, sizeof(bool));
 	s->epoch = calloc(w, sizeof(uint32_t));
 	s->joining = calloc(w, sizeof(bool));
+	s->view_wanted = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
 	s->barrier_msgs = calloc(w, sizeof(uint32_t));
 	s->barrier_fresh = calloc(w, sizeof(uint32_t));
@@ -233,10 +234,11 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->member_index = calloc(w, sizeof(int));
 	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->barrier_sent || !s->barrier_msgs ||
-	    !s->barrier_fresh || !s->easgd_early || !s->easgd_early_round ||
-	    !s->in_flight || !s->flight_start_ns || !s->flight_bytes ||
-	    !s->left_out_count || !s->bandwidth || !s->member_index || !s->left)
+	    !s->joining || !s->view_wanted || !s->barrier_sent ||
+	    !s->barrier_msgs || !s->barrier_fresh || !s->easgd_early ||
+	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
+	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
+	    !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -344,6 +346,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->paused);
 	free(s->epoch);
 	free(s->joining);
+	free(s->view_wanted);
 	free(s->barrier_sent);
 	free(s->barrier_msgs);
 	free(s->barrier_fresh);
@@ -449,14 +452,12 @@ bool ss__barrier_due(const struct ss_sync *s)
 		if (member && (s->left[p] || !ok))
 			return true; /* a member is gone: re-divide */
 		/*
-		 * It waits at the barrier we have yet to run: it let in a
-		 * peer we had not reconnected yet, or went on without one
-		 * we kept (each came out of the last barrier with other
-		 * members).  Meet it there, or it waits out its timeout.
-		 * Not one that has stopped (its last barrier, in
-		 * ss_sync_finish, waits for us to finish too).
+		 * Its members change (VIEW): after a partition each side
+		 * came out of its last barrier with other members, and one
+		 * side's barrier would wait out its timeout for the other,
+		 * still running rounds.
 		 */
-		if (ok && !s->paused[p] && ss__got(s, SS_MSG_BARRIER, p))
+		if (ok && s->view_wanted[p])
 			return true;
 		if (!ok || s->left[p])
 			continue;
@@ -538,8 +539,10 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 	if (s->leaving)
 		return ss_error_set(-EINVAL, "this rank has left", NULL,
 				    "sync round of rank %d", s->rank);
-	if (may_barrier && ss__barrier_due(s))
+	if (may_barrier && ss__barrier_due(s)) {
+		ss__call_view(s);
 		return ss__barrier(s);
+	}
 
 	/*
 	 * A peer out of the round must not look, once 2^27 rounds have wrapped
@@ -620,8 +623,6 @@ int ss_sync_finish(struct ss_sync *s, int *missing)
 				    "stop it first (ss_shadow_stop)",
 				    "finishing rank %d", s->rank);
 	pthread_mutex_lock(&s->fabric_lock);
-	/* no more rounds from us: nobody waits for us in one */
-	ss__stop_peers(s);
 	rc = ss__barrier(s);
 	if (rc == -ETIMEDOUT) {
 		/* the ranks that came go on together, the others alone */

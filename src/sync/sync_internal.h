@@ -54,6 +54,8 @@ enum ss_msg {
 		      * your slot may still be in use): do not wait for me,
 		      * and catch up */
 	SS_MSG_LEAVE, /* I am done: go on without me, my shards re-divided */
+	SS_MSG_VIEW, /* my members change (a peer failed, came back, or
+		      * asked to join): come to the barrier I run */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -169,6 +171,7 @@ struct ss_sync {
 	 */
 	uint32_t *epoch;
 	bool *joining; /* asked to join: our next round is a barrier */
+	bool *view_wanted; /* sent VIEW: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	/*
 	 * BARRIER and BARRIER_DONE messages received from each peer, and
@@ -414,6 +417,8 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms);
 
 /* ss__stop_peers() - tell every peer our shadow thread stopped. */
 void ss__stop_peers(struct ss_sync *s);
+/* ss__call_view() - VIEW to every connected peer: a barrier of ours is due */
+void ss__call_view(struct ss_sync *s);
 
 /*
  * ss__wait_msgs() - until every live peer's message of @kind for this
