@@ -524,7 +524,8 @@ Test(cmd_launch, one_rank_of_a_job_over_hosts_per_launch)
 		  out);
 	cr_assert(strstr(other, "launch: rank 1 of the job at 127.0.0.1:"),
 		  "%s", other);
-	cr_assert(strstr(other, "[rank 1] "), "%s", other);
+	/* its table's row is rank 1's, the job's number, not launch's 0 */
+	cr_assert(strstr(other, "\n    1  exit 0 "), "%s", other);
 	cr_assert(strstr(out, "rounds/s"), "%s", out);
 }
 
