@@ -49,7 +49,7 @@ NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
 CLUSTER2_TESTS := tests/cluster/fabric
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
-	tests/cluster/link-flap tests/cluster/rank-restarts
+	tests/cluster/rank-restarts
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads

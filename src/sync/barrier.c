@@ -61,42 +61,6 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 }
 
 /*
- * A peer whose barrier message has a larger barrier number than ours ran
- * barriers without us: the two sides of a network that was cut (each went
- * on with the ranks it could reach), or a peer that left a barrier
- * without us.  Catch up to its number and send ours again, so that the
- * ranks meet at the largest; those still behind do the same once they
- * see it.  A peer at that number may have left that barrier already (it
- * did not wait for us): what it sent there counts only once it sends
- * more (its DONE, answering ours, if it is still there; if not, it runs
- * the next barrier to take us in, and we catch up to that one).  Whether
- * we caught up.
- */
-static bool ss_barrier_catch_up(struct ss_sync *s)
-{
-	uint32_t top = s->barrier_seq;
-	int from = -1;
-
-	for (int p = 0; p < s->world; p++)
-		if (ss__expected(s, SS_MSG_BARRIER, p) &&
-		    ss__rounds_after(s->seen[SS_MSG_BARRIER][p], top) > 0) {
-			top = s->seen[SS_MSG_BARRIER][p];
-			from = p;
-		}
-	if (from < 0)
-		return false;
-	ss_log_info("sync: rank %d is at barrier %u, behind rank %d's %u "
-		    "(they ran barriers apart): catching up",
-		    s->rank, s->barrier_seq, from, top);
-	s->barrier_seq = top;
-	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
-	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && s->seen[SS_MSG_BARRIER][p] == top)
-			s->barrier_fresh[p] = s->barrier_msgs[p] + 1;
-	return true;
-}
-
-/*
  * The barrier also lines the ranks' round numbers up: after a shadow thread
  * stopped, ranks may be a round apart.  Each sends its round in its word of
  * the peers' inboxes; all continue from the largest plus one, past any
@@ -139,8 +103,6 @@ int ss__barrier(struct ss_sync *s)
 		}
 		if (all)
 			break;
-		if (ss_barrier_catch_up(s))
-			continue;
 		if (ss_deadline_passed(deadline)) {
 			for (int p = 0; p < s->world; p++)
 				if (ss__expected(s, SS_MSG_BARRIER, p) &&
@@ -173,7 +135,6 @@ int ss__barrier(struct ss_sync *s)
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
 			s->joining[p] = false;
-			s->view_wanted[p] = false;
 			s->left[p] = false;
 		}
 		if (!s->left[p])
@@ -198,7 +159,6 @@ int ss__barrier(struct ss_sync *s)
 		if (came[p])
 			s->latest[p] = s->round;
 	s->barrier_seq++;
-	memset(s->barrier_fresh, 0, (size_t)s->world * sizeof(uint32_t));
 	if (rc < 0)
 		return ss_error_set(rc, "a peer did not arrive", NULL,
 				    "sync barrier %u of rank %d",

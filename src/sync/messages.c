@@ -85,10 +85,6 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->paused[c->peer] = true;
 		return;
 	}
-	if (kind == SS_MSG_VIEW) {
-		s->view_wanted[c->peer] = true;
-		return;
-	}
 	if (kind == SS_MSG_JOIN) {
 		if (!s->joining[c->peer])
 			ss_log_info("sync: peer %d asks to join", c->peer);
@@ -99,8 +95,6 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		ss_round_message(s, kind, c->peer, round);
 	else
 		s->seen[kind][c->peer] = round;
-	if (ss__counts_barriers(kind))
-		s->barrier_msgs[c->peer]++;
 }
 
 /* One of our operations completed: in flight no more; its bandwidth. */
@@ -330,14 +324,6 @@ int ss__post_read(struct ss_sync *s, int p, int local, size_t local_off,
 	if (rc == 0)
 		ss_op_posted(s, p, bytes);
 	return rc;
-}
-
-void ss__call_view(struct ss_sync *s)
-{
-	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
-			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
-				 SS_MSG_VIEW);
 }
 
 void ss__stop_peers(struct ss_sync *s)

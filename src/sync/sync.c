@@ -220,10 +220,7 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->paused = calloc(w, sizeof(bool));
 	s->epoch = calloc(w, sizeof(uint32_t));
 	s->joining = calloc(w, sizeof(bool));
-	s->view_wanted = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
-	s->barrier_msgs = calloc(w, sizeof(uint32_t));
-	s->barrier_fresh = calloc(w, sizeof(uint32_t));
 	s->easgd_early = calloc(w, sizeof(bool));
 	s->easgd_early_round = calloc(w, sizeof(uint32_t));
 	s->in_flight = calloc(w, sizeof(int));
@@ -234,8 +231,7 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->member_index = calloc(w, sizeof(int));
 	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->view_wanted || !s->barrier_sent ||
-	    !s->barrier_msgs || !s->barrier_fresh || !s->easgd_early ||
+	    !s->joining || !s->barrier_sent || !s->easgd_early ||
 	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
 	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
 	    !s->member_index || !s->left)
@@ -346,10 +342,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->paused);
 	free(s->epoch);
 	free(s->joining);
-	free(s->view_wanted);
 	free(s->barrier_sent);
-	free(s->barrier_msgs);
-	free(s->barrier_fresh);
 	free(s->reads_ok);
 	free(s->easgd_early);
 	free(s->left_out);
@@ -451,14 +444,6 @@ bool ss__barrier_due(const struct ss_sync *s)
 			continue;
 		if (member && (s->left[p] || !ok))
 			return true; /* a member is gone: re-divide */
-		/*
-		 * Its members change (VIEW): after a partition each side
-		 * came out of its last barrier with other members, and one
-		 * side's barrier would wait out its timeout for the other,
-		 * still running rounds.
-		 */
-		if (ok && s->view_wanted[p])
-			return true;
 		if (!ok || s->left[p])
 			continue;
 		/*
@@ -539,10 +524,8 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 	if (s->leaving)
 		return ss_error_set(-EINVAL, "this rank has left", NULL,
 				    "sync round of rank %d", s->rank);
-	if (may_barrier && ss__barrier_due(s)) {
-		ss__call_view(s);
+	if (may_barrier && ss__barrier_due(s))
 		return ss__barrier(s);
-	}
 
 	/*
 	 * A peer out of the round must not look, once 2^27 rounds have wrapped

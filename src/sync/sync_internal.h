@@ -54,8 +54,6 @@ enum ss_msg {
 		      * your slot may still be in use): do not wait for me,
 		      * and catch up */
 	SS_MSG_LEAVE, /* I am done: go on without me, my shards re-divided */
-	SS_MSG_VIEW, /* my members change (a peer failed, came back, or
-		      * asked to join): come to the barrier I run */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -171,15 +169,7 @@ struct ss_sync {
 	 */
 	uint32_t *epoch;
 	bool *joining; /* asked to join: our next round is a barrier */
-	bool *view_wanted; /* sent VIEW: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
-	/*
-	 * BARRIER and BARRIER_DONE messages received from each peer, and
-	 * the count its next one must reach to count in this barrier: set
-	 * when we caught up to its barrier number, which it may have left
-	 * (ss_barrier_catch_up).
-	 */
-	uint32_t *barrier_msgs, *barrier_fresh;
 	struct ss__state *state; /* ours, in SS_R_STATE */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
@@ -301,10 +291,7 @@ static inline size_t ss__arrival(const struct ss_sync *s, uint32_t round, int p)
 static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
 	if (!ss__round_kind(kind))
-		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >=
-			       0 &&
-		       (!ss__counts_barriers(kind) ||
-			s->barrier_msgs[p] >= s->barrier_fresh[p]);
+		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0;
 	return s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;
 }
 
@@ -417,8 +404,6 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms);
 
 /* ss__stop_peers() - tell every peer our shadow thread stopped. */
 void ss__stop_peers(struct ss_sync *s);
-/* ss__call_view() - VIEW to every connected peer: a barrier of ours is due */
-void ss__call_view(struct ss_sync *s);
 
 /*
  * ss__wait_msgs() - until every live peer's message of @kind for this
