@@ -60,7 +60,6 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 		 * then that chunk goes untrained.  The claim is made again
 		 * once rank 0 is back.
 		 */
-		s->claims_lost++;
 		ss_log_warn("sync: a chunk claim was lost with the connection "
 			    "to rank 0: that chunk may go untrained");
 	} else if (c->status) {

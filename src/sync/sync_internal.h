@@ -199,7 +199,6 @@ struct ss_sync {
 	bool claim_busy[SS_CLAIM_SLOTS]; /* a fetch-add into word 1 + i */
 	int claims_in_flight;
 	int claim_rc; /* the counter refused a claim: claims fail */
-	int claims_lost; /* in flight when rank 0's connection failed */
 
 	/* the foreground barrier: bounded, and trainers may leave it */
 	pthread_mutex_t fg_lock;

@@ -437,7 +437,8 @@ static int ss_launch_start(struct ss_launch *l)
 	size_t size = (size_t)l->n * (strlen(l->host) + 8);
 	int rc = 0;
 
-	l->peers = l->job_peers ? strdup(l->job_peers) : malloc(size + 1);
+	/* --peers names the job's addresses; else ours, from --port up */
+	l->peers = l->job_peers ? strdup(l->job_peers) : calloc(1, size + 1);
 	if (!l->peers)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peer list");
 	if (l->bind)
@@ -445,8 +446,6 @@ static int ss_launch_start(struct ss_launch *l)
 	if (rc < 0)
 		return rc;
 	l->launcher = getpid();
-	if (!l->job_peers)
-		l->peers[0] = '\0';
 	for (int r = 0; r < l->n && !l->job_peers; r++)
 		snprintf(l->peers + strlen(l->peers),
 			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",
