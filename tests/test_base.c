@@ -77,19 +77,26 @@ Test(parse, integers)
 
 	cr_assert_eq(ss_parse_long("--n", "42", 1, 100, &v), 0);
 	cr_assert_eq(v, 42);
-	cr_assert_eq(ss_parse_long("--n", "0x10", 1, 100, &v), 0);
-	cr_assert_eq(v, 16);
+	cr_assert_eq(ss_parse_long("--n", "010", 1, 100, &v), 0);
+	cr_assert_eq(v, 10, "decimal, not octal");
+	cr_assert_eq(ss_parse_long("--n", "-5", -10, 100, &v), 0);
+	cr_assert_eq(v, -5);
+	cr_assert_eq(ss_parse_long("--n", "0x10", 1, 100, &v), SS_EUSAGE);
+	cr_assert_str_eq(ss_last_error()->why, "not a decimal integer");
+	cr_assert_eq(ss_parse_long("--n", " 7", 1, 100, &v), SS_EUSAGE);
+	cr_assert_eq(ss_parse_long("--n", "+7", 1, 100, &v), SS_EUSAGE);
+	cr_assert_eq(ss_parse_long("--n", "-", 1, 100, &v), SS_EUSAGE);
 	cr_assert_eq(ss_parse_long("--n", "101", 1, 100, &v), SS_EUSAGE);
 	cr_assert_str_eq(ss_last_error()->what, "--n '101'");
 	cr_assert_str_eq(ss_last_error()->why, "out of range");
 	cr_assert_str_eq(ss_last_error()->hint,
 			 "give an integer from 1 to 100");
 	cr_assert_eq(ss_parse_long("--n", "4x", 1, 100, &v), SS_EUSAGE);
-	cr_assert_str_eq(ss_last_error()->why, "not an integer");
+	cr_assert_str_eq(ss_last_error()->why, "not a decimal integer");
 	cr_assert_eq(ss_parse_long("--n", "", 1, 100, &v), SS_EUSAGE);
 	cr_assert_eq(ss_parse_long("--n", "99999999999999999999", 1, 100, &v),
 		     SS_EUSAGE);
-	cr_assert_eq(v, 16, "a failed parse must not change the value");
+	cr_assert_eq(v, -5, "a failed parse must not change the value");
 }
 
 Test(parse, numbers)

@@ -86,6 +86,14 @@ Test(model, config_checks_and_sizes)
 	cr_assert_eq(sizes[1], 64);
 	cr_assert_eq(ss_model_layers_parse("--top", "512-x-1", sizes, &n),
 		     SS_EUSAGE);
+	cr_assert_eq(ss_model_layers_parse("--bottom", "13--8---4-", sizes, &n),
+		     SS_EUSAGE);
+	cr_assert_str_eq(ss_last_error()->why, "an empty size");
+	cr_assert_eq(ss_model_layers_parse("--bottom", "-13-16", sizes, &n),
+		     SS_EUSAGE);
+	cr_assert_eq(ss_model_layers_parse("--bottom", "13-010-16", sizes, &n),
+		     0);
+	cr_assert_eq(sizes[1], 10, "decimal, not octal");
 	c.bottom[c.n_bottom - 1] = 8;
 	cr_assert_eq(ss_model_check(&c), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->hint, "--emb-dim"));

@@ -75,13 +75,34 @@ void ss_error_clear(void)
 	memset(&ss_last, 0, sizeof(ss_last));
 }
 
+/* @s with control bytes written as \xNN: a message quoting a line of a
+ * binary file must not send escape sequences to the terminal. */
+static void ss_put_printable(FILE *out, const char *s)
+{
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch < 0x20 || ch == 0x7f)
+			fprintf(out, "\\x%02x", ch);
+		else
+			putc(ch, out);
+	}
+}
+
 void ss_error_print(FILE *out, const char *prog, int code)
 {
 	if (ss_last.code != code || !ss_last.what[0]) {
 		fprintf(out, "%s: error: %s\n", prog, ss_strerror(code));
 		return;
 	}
-	fprintf(out, "%s: error: %s: %s\n", prog, ss_last.what, ss_last.why);
-	if (ss_last.hint[0])
-		fprintf(out, "%s: hint: %s\n", prog, ss_last.hint);
+	fprintf(out, "%s: error: ", prog);
+	ss_put_printable(out, ss_last.what);
+	fputs(": ", out);
+	ss_put_printable(out, ss_last.why);
+	putc('\n', out);
+	if (ss_last.hint[0]) {
+		fprintf(out, "%s: hint: ", prog);
+		ss_put_printable(out, ss_last.hint);
+		putc('\n', out);
+	}
 }

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* Parsing option values, with errors that name the option and the range. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -19,10 +20,15 @@ int ss_parse_long(const char *option, const char *text, long min, long max,
 	if (!text || !*text)
 		return ss_error_set(SS_EUSAGE, "a value is required", hint,
 				    "%s", option);
+	/* Decimal digits only, an optional '-' first: strtol alone would
+	 * take "010" as octal, "0x10" as hex and skip leading blanks. */
+	if (!isdigit((unsigned char)text[text[0] == '-']))
+		return ss_error_set(SS_EUSAGE, "not a decimal integer", hint,
+				    "%s '%s'", option, text);
 	errno = 0;
-	v = strtol(text, &end, 0);
-	if (*end || end == text)
-		return ss_error_set(SS_EUSAGE, "not an integer", hint,
+	v = strtol(text, &end, 10);
+	if (*end)
+		return ss_error_set(SS_EUSAGE, "not a decimal integer", hint,
 				    "%s '%s'", option, text);
 	if (errno == ERANGE || v < min || v > max)
 		return ss_error_set(SS_EUSAGE, "out of range", hint, "%s '%s'",

@@ -78,6 +78,31 @@ size_t ss__page_round(size_t len)
 	return (len ? len + page - 1 : page) / page * page;
 }
 
+/* "host:port" or "[v6]:port", with a host and a decimal port 1-65535. */
+static int ss_check_addr(int rank, const char *addr)
+{
+	const char *colon = addr ? strrchr(addr, ':') : NULL;
+	const char *p = colon ? colon + 1 : NULL;
+	long port = 0;
+
+	if (!colon || colon == addr)
+		return ss_error_set(SS_EUSAGE, "not host:port",
+				    "write each peer as host:port",
+				    "address of rank %d '%s'", rank,
+				    addr ? addr : "");
+	for (; p && *p && port <= 65535; p++) {
+		if (*p < '0' || *p > '9')
+			break;
+		port = port * 10 + (*p - '0');
+	}
+	if (colon[1] == '\0' || *p || port < 1 || port > 65535)
+		return ss_error_set(SS_EUSAGE, "the port is not 1 to 65535",
+				    "write each peer as host:port, the port "
+				    "a decimal number",
+				    "address of rank %d '%s'", rank, addr);
+	return 0;
+}
+
 static int ss_fabric_check_options(const struct ss_fabric_options *o)
 {
 	if (o->world < 1 || o->world > SS_FABRIC_MAX_PEERS)
@@ -91,12 +116,24 @@ static int ss_fabric_check_options(const struct ss_fabric_options *o)
 		return ss_error_set(SS_EUSAGE, "no addresses given",
 				    "give host:port for every rank",
 				    "peer list");
+	for (int i = 0; i < o->world; i++) {
+		int rc = ss_check_addr(i, o->addrs[i]);
+
+		if (rc < 0)
+			return rc;
+	}
+	/* Two ranks on one address would each take the other for itself.
+	 * Quadratic, but at open only: 1024 ranks compare in a millisecond. */
 	for (int i = 0; i < o->world; i++)
-		if (!o->addrs[i] || !strchr(o->addrs[i], ':'))
-			return ss_error_set(SS_EUSAGE, "not host:port",
-					    "write each peer as host:port",
-					    "address of rank %d '%s'", i,
-					    o->addrs[i] ? o->addrs[i] : "");
+		for (int j = i + 1; j < o->world; j++)
+			if (!strcmp(o->addrs[i], o->addrs[j]))
+				return ss_error_set(
+					SS_EUSAGE,
+					"two ranks have the same address",
+					"give each rank its own host:port "
+					"(a host twice needs two ports)",
+					"ranks %d and %d at '%s'", i, j,
+					o->addrs[i]);
 	return 0;
 }
 

@@ -56,15 +56,25 @@ void ss_model_config_init(struct ss_model_config *c)
 int ss_model_layers_parse(const char *option, const char *text, int *sizes,
 			  int *n)
 {
-	char copy[256], *tok, *save = NULL;
+	static const char hint[] =
+		"write the sizes with single dashes, e.g. 13-512-256-64-16";
+	char copy[256], *rest = copy, *tok;
 	int k = 0;
 
-	snprintf(copy, sizeof(copy), "%s", text ? text : "");
-	for (tok = strtok_r(copy, "-", &save); tok;
-	     tok = strtok_r(NULL, "-", &save)) {
+	if (!text || !*text)
+		return ss_error_set(SS_EUSAGE, "no sizes", hint, "%s", option);
+	if (strlen(text) >= sizeof(copy))
+		return ss_error_set(SS_EUSAGE, "too long", hint,
+				    "%s '%.32s...'", option, text);
+	strcpy(copy, text);
+	/* strsep, not strtok: "13--8" has an empty size, not two dashes. */
+	while ((tok = strsep(&rest, "-"))) {
 		long v;
 		int rc;
 
+		if (!*tok)
+			return ss_error_set(SS_EUSAGE, "an empty size", hint,
+					    "%s '%s'", option, text);
 		if (k == SS_MAX_LAYERS + 1)
 			return ss_error_set(SS_EUSAGE, "too many layers",
 					    "at most 8 layers", "%s '%s'",
@@ -74,11 +84,6 @@ int ss_model_layers_parse(const char *option, const char *text, int *sizes,
 			return rc;
 		sizes[k++] = (int)v;
 	}
-	if (k == 0)
-		return ss_error_set(
-			SS_EUSAGE, "no sizes",
-			"write the sizes with dashes, e.g. 13-512-256-64-16",
-			"%s", option);
 	*n = k;
 	return 0;
 }

@@ -57,9 +57,8 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_train_peers(&c);
 	if (rc == 0)
 		rc = ss_train_resolve_tables(&c);
-	if (rc == 0 && stat(c.train.data, &st) < 0)
-		rc = ss_error_set(-errno, NULL, "check the --data path",
-				  "data file '%s'", c.train.data);
+	if (rc == 0)
+		rc = ss_train_check_paths(&c, &st);
 	if (rc < 0)
 		goto out;
 	/* sharded: the replica is the MLPs, the tables live in the shards */
@@ -219,6 +218,8 @@ int ss_cmd_train(int argc, char **argv)
 		if (rc == 0)
 			rc = src;
 	}
+	if (rc == 0 && res.examples == 0)
+		rc = ss_train_nothing_trained(&c, &res);
 	if (rc < 0)
 		goto out;
 	/*

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 
 #include "command.h"
 #include "shadowsync/shadowsync.h"
@@ -100,6 +101,20 @@ uint64_t ss_layout_hash(const struct ss_model_config *m);
 /* ss_checkpoint_path() - @path with {rank} replaced, into @buf. */
 const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 			       bool saving, char *buf, size_t size);
+
+/*
+ * ss_train_check_paths() - before training: --data and --test are
+ * non-empty regular files we can read (--data's stat in @data), --load
+ * is readable, --save's folder is writable.
+ */
+int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data);
+
+/*
+ * ss_train_nothing_trained() - this rank trained no example: an error
+ * alone (every line malformed), a warning as one rank of several.
+ */
+int ss_train_nothing_trained(const struct ss_train_cmd *c,
+			     const struct ss_train_result *res);
 
 /* ss_train_on_signal() - SIGTERM/SIGINT: no half-written checkpoint left. */
 void ss_train_on_signal(int sig);

@@ -218,9 +218,14 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->split = -1;
 	c->tables = -1; /* by the world size, once known */
 	c->train.prefetch = 1;
-	if (key && *key &&
-	    ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v) == 0)
+	/* A key that does not parse is refused: falling back to the default
+	 * would let two jobs with different keys join each other. */
+	if (key && *key) {
+		rc = ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v);
+		if (rc < 0)
+			return rc;
 		c->fabric.job_key = (uint64_t)v;
+	}
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "vh", options, NULL)) != -1) {
 		switch (opt) {

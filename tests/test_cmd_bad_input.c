@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Bad input through the command: each is refused with a non-zero exit and
+ * an error that names the file, option, variable or host, before any
+ * training where it can be known before.
+ */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+
+static char dir[] = "/tmp/ss-bad-XXXXXX";
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/ss-bad-XXXXXX");
+	cmd_data_dir(dir);
+}
+
+static void teardown(void)
+{
+	cmd_rm_dir(dir);
+}
+
+TestSuite(cmd_bad_input, .init = setup, .fini = teardown, .timeout = 120);
+
+static void write_file(const char *name, const void *bytes, size_t len)
+{
+	char path[256];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "wb");
+	cr_assert(f, "%s", path);
+	cr_assert_eq(fwrite(bytes, 1, len, f), len);
+	fclose(f);
+}
+
+/*
+ * Runs `shadowsync ARGS 2>&1` from the test's folder: the exit status is
+ * @status and the output holds @expect, and no summary line (no training
+ * reported) when @before_training.
+ */
+static void refused(int status, const char *expect, bool before_training,
+		    const char *fmt, ...)
+{
+	char args[1024], out[8192];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	cr_assert_eq(cmd_run(out, sizeof(out), "cd %s && %s %s 2>&1", dir,
+			     SS_COMMAND, args),
+		     status, "%s\n%s", args, out);
+	cr_assert(strstr(out, expect), "%s: expected '%s' in:\n%s", args,
+		  expect, out);
+	if (before_training)
+		cr_assert(!strstr(out, "training log loss"),
+			  "%s: trained before refusing:\n%s", args, out);
+}
+
+Test(cmd_bad_input, an_empty_data_file)
+{
+	write_file("empty.txt", "", 0);
+	refused(2, "--data 'empty.txt': the file is empty", true,
+		"train " MODEL " --data empty.txt");
+}
+
+Test(cmd_bad_input, every_line_bad_under_skip)
+{
+	static const char text[] = "garbage\nmore garbage\n";
+
+	write_file("bad.txt", text, sizeof(text) - 1);
+	refused(1, "every line is malformed", false,
+		"train " MODEL " --data bad.txt --bad-lines skip");
+	refused(1, "(2 lines skipped)", false,
+		"train " MODEL " --data bad.txt --bad-lines skip");
+}
+
+Test(cmd_bad_input, a_folder_as_data)
+{
+	refused(2, "--data '.': it is a folder", true,
+		"train " MODEL " --data .");
+}
+
+Test(cmd_bad_input, a_binary_line_is_quoted_without_control_bytes)
+{
+	static const char text[] = "a\x01\x02\x1b[31mred\n";
+	char out[8192];
+
+	write_file("bin.txt", text, sizeof(text) - 1);
+	refused(1, "'a\\x01\\x02\\x1b[31mred'", false,
+		"train " MODEL " --data bin.txt");
+	cmd_run(out, sizeof(out), "cd %s && %s train --data bin.txt 2>&1", dir,
+		SS_COMMAND);
+	cr_assert(!strchr(out, '\x1b'), "raw escape byte in: %s", out);
+}
+
+Test(cmd_bad_input, empty_layer_sizes)
+{
+	refused(2, "--bottom '13--8---4-': an empty size", true,
+		"train --data train.txt --bottom 13--8---4-");
+}
+
+Test(cmd_bad_input, numbers_are_decimal_only)
+{
+	char out[8192];
+
+	refused(2, "--hash-size '0x10': not a decimal integer", true,
+		"train --data train.txt --hash-size 0x10");
+	/* in octal, 010 is 8 and the bottom MLP (ending at 10) would not
+	 * end at the embedding size */
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train --data train.txt --emb-dim 010 "
+			     "--bottom 13-16-10 --top 16-1 --hash-size 010 "
+			     "--progress 0 2>&1",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+}
+
+Test(cmd_bad_input, a_job_key_that_is_not_a_number)
+{
+	setenv("SS_JOB_KEY", "abc", 1);
+	refused(2, "SS_JOB_KEY 'abc': not a decimal integer", true,
+		"train " MODEL " --data train.txt");
+	unsetenv("SS_JOB_KEY");
+	refused(2, "--job-key 'xyz'", true,
+		"train " MODEL " --data train.txt --job-key xyz");
+}
+
+Test(cmd_bad_input, outputs_checked_before_training)
+{
+	refused(1, "--test 'nope.txt': No such file", true,
+		"train " MODEL " --data train.txt --test nope.txt");
+	refused(1, "--save '/nonexistent/x': its folder is not there", true,
+		"train " MODEL " --data train.txt --save /nonexistent/x");
+	refused(2, "--save '.': it is a folder", true,
+		"train " MODEL " --data train.txt --save .");
+	refused(1, "--load 'nope.ckpt': No such file", true,
+		"train " MODEL " --data train.txt --load nope.ckpt");
+}
+
+Test(cmd_bad_input, hostfile_ports_out_of_range)
+{
+	static const char *const lines[] = { "a:70000\nb\n", "a:\nb\n",
+					     ":abc\nb\n", "a:abc\nb\n" };
+
+	for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+		write_file("hosts", lines[i], strlen(lines[i]));
+		refused(2, "address of rank 0", true,
+			"train " MODEL " --data train.txt --hostfile hosts "
+			"--rank 1 --transport shm");
+	}
+}
+
+Test(cmd_bad_input, the_same_address_twice)
+{
+	refused(2, "ranks 0 and 2 at 'a:7001': two ranks have the same", true,
+		"train " MODEL " --data train.txt --peers a:7001,b:7001,a:7001 "
+		"--rank 1 --transport shm");
+}

@@ -1,0 +1,123 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * The files train reads and writes, checked before any training: a
+ * missing --test file or an unwritable --save folder found only after an
+ * hour of training loses the hour.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train_cmd.h"
+
+/* @path is a regular file we can open for reading; its size in @st. */
+static int ss_check_input(const char *option, const char *path, struct stat *st)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, "check the path", "%s '%s'",
+				    option, path);
+	if (fstat(fd, st) < 0) {
+		int err = -errno;
+
+		close(fd);
+		return ss_error_set(err, NULL, "check the path", "%s '%s'",
+				    option, path);
+	}
+	close(fd);
+	if (S_ISDIR(st->st_mode))
+		return ss_error_set(SS_EUSAGE, "it is a folder",
+				    "give a file in the Criteo format",
+				    "%s '%s'", option, path);
+	if (!S_ISREG(st->st_mode))
+		return ss_error_set(SS_EUSAGE, "not a regular file",
+				    "give a file: train reads it by byte "
+				    "ranges, which a pipe or device has not",
+				    "%s '%s'", option, path);
+	if (st->st_size == 0)
+		return ss_error_set(SS_EUSAGE, "the file is empty",
+				    "give a file with examples in it",
+				    "%s '%s'", option, path);
+	return 0;
+}
+
+/* The checkpoint @path will be written as PATH.tmp, then renamed: its
+ * folder must be there and writable, and PATH must not be a folder. */
+static int ss_check_output(const char *option, const char *path)
+{
+	char copy[4096];
+	const char *dir;
+	struct stat st;
+
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return ss_error_set(SS_EUSAGE, "it is a folder",
+				    "give a file name, e.g. DIR/model.ckpt",
+				    "%s '%s'", option, path);
+	snprintf(copy, sizeof(copy), "%s", path);
+	dir = dirname(copy);
+	if (stat(dir, &st) < 0)
+		return ss_error_set(-errno, "its folder is not there",
+				    "create the folder first", "%s '%s'",
+				    option, path);
+	if (!S_ISDIR(st.st_mode))
+		return ss_error_set(SS_EUSAGE, "its folder is not a folder",
+				    "check the path", "%s '%s'", option, path);
+	if (access(dir, W_OK | X_OK) < 0)
+		return ss_error_set(-errno, "its folder is not writable",
+				    "save where you may write", "%s '%s'",
+				    option, path);
+	return 0;
+}
+
+int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
+{
+	char buf[4096];
+	struct stat st;
+	const char *path;
+	int rc = ss_check_input("--data", c->train.data, data);
+
+	if (rc == 0 && c->test)
+		rc = ss_check_input("--test", c->test, &st);
+	if (rc == 0 && c->load) {
+		path = ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
+		if (access(path, R_OK) < 0)
+			rc = ss_error_set(-errno, NULL,
+					  "check the checkpoint's path",
+					  "--load '%s'", path);
+	}
+	if (rc == 0 && c->save) {
+		path = ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
+		if (path)
+			rc = ss_check_output("--save", path);
+	}
+	return rc;
+}
+
+int ss_train_nothing_trained(const struct ss_train_cmd *c,
+			     const struct ss_train_result *res)
+{
+	/* One rank of several may find only bad lines in the chunks it got
+	 * while the others train: it says so and ends with them. */
+	if (c->fabric.world > 1) {
+		if (res->skipped)
+			ss_log_warn("--data '%s': all %" PRIu64
+				    " lines this rank read were malformed",
+				    c->train.data, res->skipped);
+		return 0;
+	}
+	if (res->skipped)
+		return ss_error_set(SS_EPARSE,
+				    "every line is malformed, nothing trained",
+				    "check the file's format (label, 13 "
+				    "integers, 26 hex values, tab-separated)",
+				    "--data '%s' (%" PRIu64 " lines skipped)",
+				    c->train.data, res->skipped);
+	return ss_error_set(SS_EPARSE, "no example in it, nothing trained",
+			    "give a file with examples in it", "--data '%s'",
+			    c->train.data);
+}
