@@ -165,3 +165,29 @@ Test(cmd_bad_input, the_same_address_twice)
 		"train " MODEL " --data train.txt --peers a:7001,b:7001,a:7001 "
 		"--rank 1 --transport shm");
 }
+
+/* A bit flipped in a checkpoint's parameter count: corruption, not
+ * "another model layout" (which would send the user to the options). */
+Test(cmd_bad_input, a_flipped_checkpoint_count_is_corruption)
+{
+	char path[256], out[8192];
+	unsigned char b;
+	FILE *f;
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train " MODEL " --data train.txt "
+			     "--progress 0 --save m.ckpt 2>&1",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+	snprintf(path, sizeof(path), "%s/m.ckpt", dir);
+	f = fopen(path, "r+b");
+	cr_assert(f);
+	cr_assert_eq(fseek(f, 24 + 2, SEEK_SET), 0); /* the count's 3rd byte */
+	cr_assert_eq(fread(&b, 1, 1, f), 1);
+	b ^= 0x04;
+	cr_assert_eq(fseek(f, 24 + 2, SEEK_SET), 0);
+	cr_assert_eq(fwrite(&b, 1, 1, f), 1);
+	fclose(f);
+	refused(1, "the file is corrupted", true,
+		"train " MODEL " --data train.txt --load m.ckpt");
+}

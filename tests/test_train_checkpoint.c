@@ -208,6 +208,46 @@ Test(checkpoint, other_layout_is_refused_naming_both)
 	cr_assert(untouched());
 }
 
+/* Flips bit @bit of the header's byte @at. */
+static void flip_header_bit(off_t at, int bit)
+{
+	int fd = open(path, O_RDWR);
+	unsigned char b;
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(pread(fd, &b, 1, at), 1);
+	b ^= (unsigned char)(1u << bit);
+	cr_assert_eq(pwrite(fd, &b, 1, at), 1);
+	close(fd);
+}
+
+/* A flipped bit in the layout hash or the count is corruption, not
+ * another model: the file as its header describes it does not check. */
+Test(checkpoint, flipped_layout_hash_is_corruption_not_another_layout)
+{
+	uint64_t examples;
+
+	flip_header_bit(16 + 3, 5); /* layout hash */
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "corrupted"), "%s",
+		  ss_last_error()->why);
+	cr_assert(untouched());
+}
+
+Test(checkpoint, flipped_count_is_corruption_not_another_layout)
+{
+	uint64_t examples;
+
+	for (int bit = 0; bit < 64; bit += 9) {
+		flip_header_bit(24 + bit / 8, bit % 8); /* parameter count */
+		cr_assert_eq(load(&examples), SS_EPARSE, "bit %d", bit);
+		cr_assert(strstr(ss_last_error()->why, "corrupted"),
+			  "bit %d: %s", bit, ss_last_error()->why);
+		flip_header_bit(24 + bit / 8, bit % 8);
+	}
+	cr_assert_eq(load(&examples), 0, "the file checks again");
+}
+
 Test(checkpoint, other_file_is_not_a_checkpoint)
 {
 	uint64_t examples;

@@ -407,6 +407,52 @@ int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
 	return rc;
 }
 
+/*
+ * The header names another layout: either it does, or a bit flipped in
+ * its layout hash or count.  The file as its header describes it (size,
+ * then checksum) tells the two apart; @rc (the layout error) stands only
+ * when the file is whole.
+ */
+static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
+				float *chunk, const char *path, int rc)
+{
+	uint32_t version = ss_get32(head + 8);
+	uint64_t count = ss_get64(head + 24);
+	uint64_t state = version == 1 ? 0 : ss_get64(head + 48);
+	uint64_t h = ss_sum_seed;
+	uint64_t room = (uint64_t)(size - SS_CKPT_HEADER) / sizeof(float);
+	int err;
+
+	if (count > room || state > room - count ||
+	    SS_CKPT_HEADER + (count + state) * sizeof(float) != (uint64_t)size)
+		return ss_error_set(SS_EPARSE,
+				    "its header does not match its size: the "
+				    "file is corrupted",
+				    "use an older checkpoint",
+				    "checkpoint '%s' (%lld bytes, the header "
+				    "says %llu + %llu floats)",
+				    path, (long long)size,
+				    (unsigned long long)count,
+				    (unsigned long long)state);
+	err = lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0 ?
+		      ss_error_set(-errno, NULL, NULL, "checkpoint '%s'",
+				   path) :
+		      0;
+	if (err == 0)
+		err = ss_read_summed(fd, NULL, 0, chunk, count, &h, path);
+	if (err == 0)
+		err = ss_read_summed(fd, NULL, 0, chunk, state, &h, path);
+	if (err < 0)
+		return err;
+	if (ss_head_sum(h, head, version) != ss_get64(head + 40))
+		return ss_error_set(SS_EPARSE,
+				    "its checksum does not match: the file is "
+				    "corrupted",
+				    "use an older checkpoint",
+				    "checkpoint '%s'", path);
+	return rc;
+}
+
 int ss_checkpoint_load_parts(const char *path,
 			     const struct ss_checkpoint_part *params, int np,
 			     const struct ss_checkpoint_part *state, int ns,
@@ -447,6 +493,15 @@ int ss_checkpoint_load_parts(const char *path,
 	if (rc == 0)
 		rc = ss_check_header(path, head, n, layout_hash, size,
 				     &n_state);
+	if (rc == SS_ELAYOUT) {
+		/* the message of the layout error, kept while we look */
+		struct ss_error layout = *ss_last_error();
+
+		rc = ss_layout_or_corrupt(fd, head, size, chunk, path, rc);
+		if (rc == SS_ELAYOUT)
+			ss_error_set(layout.code, layout.why, layout.hint, "%s",
+				     layout.what);
+	}
 	version = rc == 0 ? ss_get32(head + 8) : 0;
 	/* First pass: the checksum, before anything is overwritten (the
 	 * parameters and the state apart: the sum follows the save's
