@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cmd.h"
 
@@ -190,4 +191,30 @@ Test(cmd_bad_input, a_flipped_checkpoint_count_is_corruption)
 	fclose(f);
 	refused(1, "the file is corrupted", true,
 		"train " MODEL " --data train.txt --load m.ckpt");
+}
+
+/* A model larger than /dev/shm is refused at once, saying what it needs
+ * and what there is (it died of SIGBUS at the first touch).  A /dev/shm
+ * of 16 MiB in a mount namespace of its own; skipped where we may not. */
+Test(cmd_bad_input, a_model_larger_than_dev_shm)
+{
+	char out[8192];
+	int rc;
+
+	rc = cmd_run(out, sizeof(out),
+		     "unshare -m sh -c 'mount -t tmpfs -o size=16m tmpfs "
+		     "/dev/shm' 2>&1 && echo can");
+	if (rc != 0 || !strstr(out, "can"))
+		cr_skip_test("no mount namespace here (needs root): %s", out);
+	rc = cmd_run(out, sizeof(out),
+		     "cd %s && unshare -m sh -c 'mount -t tmpfs -o size=16m "
+		     "tmpfs /dev/shm && %s train --data train.txt --emb-dim 4 "
+		     "--bottom 13-16-4 --top 16-1 --hash-size 1000000 --peers "
+		     "127.0.0.1:%d --rank 0 --transport shm; echo status $?; "
+		     "ls /dev/shm | wc -l' 2>&1",
+		     dir, SS_COMMAND, 30000 + getpid() % 5000);
+	cr_assert_eq(rc, 0, "%s", out);
+	cr_assert(strstr(out, "/dev/shm is too small"), "%s", out);
+	cr_assert(strstr(out, "MiB, /dev/shm has 1"), "%s", out);
+	cr_assert(strstr(out, "status 1\n0\n"), "objects left: %s", out);
 }

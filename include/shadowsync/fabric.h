@@ -24,6 +24,7 @@
 #ifndef SHADOWSYNC_FABRIC_H
 #define SHADOWSYNC_FABRIC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -316,6 +317,55 @@ void ss_strings_free(char ***list, int n);
  * which.  Returns 0, or SS_EUSAGE when none is set or they are malformed.
  */
 int ss_launcher_rank(int *rank, int *world, const char **source);
+
+/*
+ * Shared memory the shm backend leaves in /dev/shm.  Each rank's objects
+ * are named after its address (/ss-ADDR-claim, -ctl, -r0, -r1, ...); the
+ * claim object is locked while its owner lives, so what can be locked was
+ * left by a rank that is gone (killed, crashed).
+ */
+struct ss_shm_leftover {
+	char stem[128]; /* the address as it appears in the names */
+	int32_t pid; /* the process that made them; 0 when unknown */
+	uint64_t job_key; /* from its control object; 0 when it had none */
+	int objects; /* how many */
+	uint64_t bytes; /* memory they hold */
+};
+
+/*
+ * ss_fabric_shm_clean() - find the leftovers of ranks that are gone: all
+ * of them, or those of address @addr (NULL: any) and of job @job_key (0:
+ * any); call @fn (may be NULL) with each, and remove them when @remove.
+ * The objects of a live rank are never touched.  Returns how many
+ * leftovers were found, or -errno.  Any thread; racing cleaners are safe
+ * (each leftover is removed under its claim's lock).
+ */
+int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
+			void (*fn)(void *ctx,
+				   const struct ss_shm_leftover *leftover),
+			void *ctx);
+
+/*
+ * ss_fabric_shm_claim() - take the address @addr (of rank @rank, for the
+ * message) over shm for this process, as ss_fabric_open() does: a lock
+ * the kernel drops when the holder ends.  A launcher claims all of its
+ * ranks' addresses in rank order before it starts any, so that of two
+ * jobs started together on the same addresses one runs and the other is
+ * refused; it passes each claim to its rank as the descriptor named by
+ * SS_SHM_CLAIM_FD (without FD_CLOEXEC), which ss_fabric_open() adopts.
+ * Returns 0 and the descriptor in @claim_fd (close it to let go), or
+ * -EADDRINUSE naming the live holder.  Any thread.
+ */
+int ss_fabric_shm_claim(const char *addr, int rank, int *claim_fd);
+
+/*
+ * ss_fabric_remove_names() - remove the /dev/shm names of every object the
+ * open shm fabrics of this process made, leaving their mappings in place:
+ * for a SIGTERM or SIGINT handler, so that a rank stopped by a signal
+ * leaves nothing behind.  Async-signal-safe (unlink() only); any thread.
+ * A fabric used after it cannot be found by restarted peers.
+ */
+void ss_fabric_remove_names(void);
 
 /* ss_op_name() - "READ", "WRITE", "WRITE_WITH_IMM", "RECV_IMM", "FETCH_ADD". */
 const char *ss_op_name(enum ss_op op);

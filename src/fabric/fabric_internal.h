@@ -123,6 +123,35 @@ void ss__peer_back(struct ss_fabric *fabric, int peer, const char *how);
 /* ss__self_regions() - our regions as peers[rank]'s, for fetch-adds. */
 void ss__self_regions(struct ss_fabric *fabric);
 
+/* ---- shm object names (shm_names.c) ---------------------------------- */
+
+enum { SS_SHM_CLAIM = -2, SS_SHM_CTL = -1 }; /* regions count from 0 */
+
+/* ss__shm_name() - the POSIX shm name of @object of the rank at @addr. */
+void ss__shm_name(const char *addr, int object, char *name, size_t size);
+
+/*
+ * ss__shm_claim() - take the address @addr for this process (an flock on
+ * its claim object, which the kernel drops when the process ends);
+ * -EADDRINUSE naming the live owner.  The lock's descriptor in @claim_fd.
+ */
+int ss__shm_claim(const char *addr, int rank, int *claim_fd);
+
+/* ss__shm_unclaim() - remove the claim's name, then release it. */
+void ss__shm_unclaim(const char *addr, int claim_fd);
+
+/* ss__shm_remember()/_forget() - names ss_fabric_remove_names() removes. */
+void ss__shm_remember(const char *name);
+void ss__shm_forget(const char *name);
+
+/*
+ * ss__shm_ctl_owner() - the last owner's pid and job key from the control
+ * object @name, when there is one; false when @check_alive and that owner
+ * still runs.
+ */
+bool ss__shm_ctl_owner(const char *name, int32_t *pid, uint64_t *job_key,
+		       bool check_alive);
+
 /* ss__page_round() - @len rounded up to the page size (at least a page). */
 size_t ss__page_round(size_t len);
 

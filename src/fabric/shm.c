@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "fabric_internal.h"
@@ -62,6 +63,7 @@ struct ss_shm_peer {
 };
 
 struct ss_shm {
+	int claim_fd; /* our address's claim, locked while we live */
 	struct ss_shm_ctl *ctl;
 	size_t ctl_len;
 	struct ss_shm_peer *peers;
@@ -79,16 +81,8 @@ static const char ss_shm_hint[] =
 static void ss_shm_name(const struct ss_fabric *f, int rank, int region,
 			char *name, size_t size)
 {
-	char addr[128];
-
-	snprintf(addr, sizeof(addr), "%s", f->addrs[rank]);
-	for (char *c = addr; *c; c++)
-		if (*c == '/')
-			*c = '_';
-	if (region < 0)
-		snprintf(name, size, "/ss-%s-ctl", addr);
-	else
-		snprintf(name, size, "/ss-%s-r%d", addr, region);
+	ss__shm_name(f->addrs[rank], region < 0 ? SS_SHM_CTL : region, name,
+		     size);
 }
 
 static size_t ss_shm_ctl_len(const struct ss_fabric *f)
@@ -98,31 +92,67 @@ static size_t ss_shm_ctl_len(const struct ss_fabric *f)
 				      sizeof(struct ss_shm_ring));
 }
 
-/* Create (replacing a stale one) and map a shared object of @len bytes. */
-static int ss_shm_create(const char *name, size_t len, void **ptr)
+/*
+ * Reserve @len bytes of /dev/shm for @fd's object now: a sparse object
+ * whose first touch finds /dev/shm full dies of SIGBUS in the middle of
+ * training.  After the placement, so that the pages come from the node
+ * its policy names.
+ */
+static int ss_shm_reserve(int fd, const char *name, size_t len)
+{
+	struct statvfs vfs;
+	int err = posix_fallocate(fd, 0, (off_t)len);
+
+	if (err == 0)
+		return 0;
+	if (err != ENOSPC || fstatvfs(fd, &vfs) < 0)
+		return ss_error_set(-err, NULL, ss_shm_hint,
+				    "reserving %zu bytes for %s", len, name);
+	return ss_error_set(
+		-ENOSPC, "/dev/shm is too small",
+		"free /dev/shm (shadowsync shm-clean), make the "
+		"model smaller (--hash-size), or mount a larger "
+		"/dev/shm (mount -o remount,size=...)",
+		"%s needs %zu MiB, /dev/shm has %llu MiB free", name, len >> 20,
+		(unsigned long long)vfs.f_bavail * vfs.f_frsize >> 20);
+}
+
+/*
+ * Create (replacing a stale one: we hold the address's claim), place with
+ * @f's placement (NULL: none), reserve and map a shared object of @len
+ * bytes.
+ */
+static int ss_shm_create(struct ss_fabric *f, const char *name, size_t len,
+			 void **ptr)
 {
 	void *p;
-	int fd;
+	int fd, rc = 0;
 
 	shm_unlink(name); /* left over by a rank that crashed */
-	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return ss_error_set(-errno, NULL, ss_shm_hint, "shm_open %s",
 				    name);
-	if (ftruncate(fd, (off_t)len) < 0) {
-		int rc = ss_error_set(-errno, NULL, ss_shm_hint,
-				      "ftruncate %s to %zu bytes", name, len);
-
-		close(fd);
+	ss__shm_remember(name);
+	if (ftruncate(fd, (off_t)len) < 0)
+		rc = ss_error_set(-errno, NULL, ss_shm_hint,
+				  "ftruncate %s to %zu bytes", name, len);
+	p = rc ? MAP_FAILED :
+		 mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (rc == 0 && p == MAP_FAILED)
+		rc = ss_error_set(-errno, NULL, ss_shm_hint,
+				  "mmap %s (%zu bytes)", name, len);
+	if (rc == 0 && f && f->place) /* mapped, not yet touched */
+		f->place(f->place_ctx, p, len);
+	if (rc == 0)
+		rc = ss_shm_reserve(fd, name, len);
+	close(fd);
+	if (rc < 0) {
+		if (p != MAP_FAILED)
+			munmap(p, len);
+		ss__shm_forget(name);
 		shm_unlink(name);
 		return rc;
-	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED) {
-		shm_unlink(name);
-		return ss_error_set(-errno, NULL, ss_shm_hint,
-				    "mmap %s (%zu bytes)", name, len);
 	}
 	*ptr = p;
 	return 0;
@@ -154,52 +184,31 @@ static bool ss_shm_alive(const struct ss_shm_ctl *ctl);
 /*
  * Objects are replaced when their owner crashed, never while it lives: a
  * second process given the same address (another job, a mistyped peer
- * list) is refused instead of taking a running rank's memory.
+ * list) is refused by the address's claim, taken before any object is
+ * made, instead of taking a running rank's memory.
  */
-static int ss_shm_address_free(struct ss_fabric *f)
-{
-	struct ss_shm_ctl *ctl;
-	struct stat st;
-	char name[160];
-	int fd, rc = 0;
-
-	ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
-	fd = shm_open(name, O_RDONLY, 0);
-	if (fd < 0)
-		return 0;
-	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(*ctl)) {
-		close(fd);
-		return 0; /* a creator that died before sizing it */
-	}
-	ctl = mmap(NULL, sizeof(*ctl), PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (ctl == MAP_FAILED)
-		return 0;
-	if (ctl->pid > 0 && ctl->pid != getpid() && ss_shm_alive(ctl))
-		rc = ss_error_set(
-			-EADDRINUSE, "a live process has it",
-			"give each rank its own address (another --port), or stop that process",
-			"rank %d's address '%s' (process %d)", f->opts.rank,
-			f->addrs[f->opts.rank], ctl->pid);
-	munmap(ctl, sizeof(*ctl));
-	return rc;
-}
-
 static int ss_shm_open(struct ss_fabric *f)
 {
-	struct ss_shm *s;
-	int rc = ss_shm_address_free(f);
+	struct ss_shm *s = calloc(1, sizeof(*s));
+	char name[160];
+	int rc;
 
-	if (rc < 0)
-		return rc;
-	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
+	s->claim_fd = -1;
 	s->peers = calloc((size_t)f->opts.world, sizeof(*s->peers));
 	if (!s->peers) {
 		free(s);
 		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
 	}
+	rc = ss__shm_claim(f->addrs[f->opts.rank], f->opts.rank, &s->claim_fd);
+	if (rc < 0) {
+		free(s->peers);
+		free(s);
+		return rc;
+	}
+	ss__shm_name(f->addrs[f->opts.rank], SS_SHM_CLAIM, name, sizeof(name));
+	ss__shm_remember(name);
 	f->backend = s;
 	return 0;
 }
@@ -208,13 +217,8 @@ static int ss_shm_alloc(struct ss_fabric *f, struct ss_region *r)
 {
 	char name[160];
 
-	int rc;
-
 	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
-	rc = ss_shm_create(name, r->len, &r->ptr);
-	if (rc == 0 && f->place) /* mapped, not yet touched */
-		f->place(f->place_ctx, r->ptr, r->len);
-	return rc;
+	return ss_shm_create(f, name, r->len, &r->ptr);
 }
 
 static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)
@@ -225,6 +229,7 @@ static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)
 		return;
 	munmap(r->ptr, r->len);
 	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
+	ss__shm_forget(name);
 	shm_unlink(name);
 	r->ptr = NULL;
 }
@@ -289,6 +294,33 @@ static uint64_t ss_proc_start(int32_t pid)
 	char state;
 
 	return ss_proc_stat(pid, &state, &start) ? start : 0;
+}
+
+bool ss__shm_ctl_owner(const char *name, int32_t *pid, uint64_t *job_key,
+		       bool check_alive)
+{
+	struct ss_shm_ctl *ctl;
+	struct stat st;
+	bool alive = false;
+	int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+
+	if (fd < 0)
+		return true;
+	if (fstat(fd, &st) < 0 || st.st_size < (off_t)sizeof(*ctl)) {
+		close(fd);
+		return true; /* a creator that died before sizing it */
+	}
+	ctl = mmap(NULL, sizeof(*ctl), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (ctl == MAP_FAILED)
+		return true;
+	if (ctl->pid > 0)
+		*pid = ctl->pid;
+	*job_key = be64toh(ctl->hello.job_key);
+	if (check_alive && ctl->pid > 0)
+		alive = ss_shm_alive(ctl);
+	munmap(ctl, sizeof(*ctl));
+	return !alive;
 }
 
 /* Map a peer's regions with the rights they grant. */
@@ -394,7 +426,7 @@ static int ss_shm_connect(struct ss_fabric *f)
 		return ss_error_set(-ENOMEM, NULL, NULL, "shm connect");
 	s->ctl_len = ss_shm_ctl_len(f);
 	ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
-	rc = ss_shm_create(name, s->ctl_len, (void **)&s->ctl);
+	rc = ss_shm_create(NULL, name, s->ctl_len, (void **)&s->ctl);
 	if (rc < 0)
 		goto out;
 	ss__hello_make(f, &mine);
@@ -715,8 +747,10 @@ static void ss_shm_close(struct ss_fabric *f)
 	if (s->ctl) {
 		munmap(s->ctl, s->ctl_len);
 		ss_shm_name(f, f->opts.rank, -1, name, sizeof(name));
+		ss__shm_forget(name);
 		shm_unlink(name);
 	}
+	ss__shm_unclaim(f->addrs[f->opts.rank], s->claim_fd);
 	free(s->peers);
 	free(s);
 	f->backend = NULL;

@@ -79,6 +79,7 @@ struct ss_rank_proc {
 	bool exited;
 	int restarts; /* times this rank was started again */
 	double seconds;
+	int claim_fd; /* its address's claim until it starts, else -1 */
 };
 
 struct ss_launch {
@@ -380,6 +381,13 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 		_exit(127);
 	if (l->bind && l->n_cores > 0)
 		ss_launch_bind(l, r);
+	if (l->ranks[r].claim_fd >= 0) { /* ss_fabric_open() adopts it */
+		char fd[16];
+
+		snprintf(fd, sizeof(fd), "%d", l->ranks[r].claim_fd);
+		fcntl(l->ranks[r].claim_fd, F_SETFD, 0);
+		setenv("SS_SHM_CLAIM_FD", fd, 1);
+	}
 	snprintf(rank, sizeof(rank), "%ld", l->first_rank + r);
 	argv[n++] = "shadowsync";
 	for (int i = 0; i < l->train_argc; i++)
@@ -423,6 +431,10 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 		ss_launch_exec(l, r, l->peers, out[1], err[1]);
 	close(out[1]);
 	close(err[1]);
+	if (p->claim_fd >= 0) { /* the rank holds it now */
+		close(p->claim_fd);
+		p->claim_fd = -1;
+	}
 	p->out_fd = out[0];
 	p->err_fd = err[0];
 	p->exited = false;
@@ -430,6 +442,34 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 	if (p->pid < 0)
 		return ss_error_set(-errno, NULL, NULL, "fork rank %d", r);
 	return 0;
+}
+
+/*
+ * Every rank's address over shm, claimed in rank order before any rank
+ * starts: of two jobs started at once on the same addresses, the one
+ * that takes rank 0's runs and the other is refused here, with the
+ * reason; neither is left with half of its addresses.
+ */
+static int ss_launch_claim(struct ss_launch *l)
+{
+	const char *at = l->peers;
+	int rc = 0;
+
+	for (int r = 0; r < l->n && rc == 0; r++) {
+		char addr[256];
+		size_t len = strcspn(at, ",");
+
+		snprintf(addr, sizeof(addr), "%.*s", (int)len, at);
+		at += len + (at[len] == ',');
+		rc = ss_fabric_shm_claim(addr, r, &l->ranks[r].claim_fd);
+	}
+	if (rc < 0)
+		for (int r = 0; r < l->n; r++)
+			if (l->ranks[r].claim_fd >= 0) {
+				close(l->ranks[r].claim_fd);
+				l->ranks[r].claim_fd = -1;
+			}
+	return rc;
 }
 
 static int ss_launch_start(struct ss_launch *l)
@@ -450,6 +490,10 @@ static int ss_launch_start(struct ss_launch *l)
 		snprintf(l->peers + strlen(l->peers),
 			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",
 			 l->host, l->port + r);
+	if (l->transport == SS_TRANSPORT_SHM && !l->job_peers)
+		rc = ss_launch_claim(l);
+	if (rc < 0)
+		return rc;
 	for (int r = 0; r < l->n && rc == 0; r++)
 		rc = ss_launch_spawn(l, r);
 	if (rc == 0)
@@ -577,6 +621,36 @@ static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 }
 
 /*
+ * A rank killed by a signal it could not catch (SIGKILL) left its shared
+ * memory in /dev/shm: remove it, now that the rank is gone (its claim's
+ * lock went with it, so a live rank's objects are never touched).
+ */
+static void ss_launch_clean_shm(const struct ss_launch *l, int r)
+{
+	const char *at = l->peers;
+	char addr[256];
+	size_t len;
+	int found;
+
+	if (!WIFSIGNALED(l->ranks[r].status))
+		return;
+	for (long i = 0; at && i < l->first_rank + r; i++) {
+		at = strchr(at, ',');
+		at = at ? at + 1 : NULL;
+	}
+	if (!at)
+		return;
+	len = strcspn(at, ",");
+	if (len >= sizeof(addr))
+		return;
+	snprintf(addr, sizeof(addr), "%.*s", (int)len, at);
+	found = ss_fabric_shm_clean(addr, 0, true, NULL, NULL);
+	if (found > 0)
+		ss_log_info("rank %ld (%s): removed its shared memory",
+			    l->first_rank + r, addr);
+}
+
+/*
  * Relays output and reaps ranks until all have exited.  The first failure,
  * a signal or the time limit stops the rest: SIGTERM, then SIGKILL after
  * the grace period.  Returns the number of failed ranks.
@@ -640,6 +714,7 @@ static int ss_launch_wait(struct ss_launch *l)
 					continue;
 				p->exited = true;
 				p->status = status;
+				ss_launch_clean_shm(l, r);
 				p->seconds = (double)(now - start) / 1e9;
 				live--;
 				if (!ss_launch_failed(p))
@@ -897,12 +972,19 @@ int ss_cmd_launch(int argc, char **argv)
 		return ss_cmd_fail(ss_launch_prog,
 				   ss_error_set(-ENOMEM, NULL, NULL, "ranks"));
 	for (int r = 0; r < l.n; r++)
-		l.ranks[r].out_fd = l.ranks[r].err_fd = -1;
+		l.ranks[r].out_fd = l.ranks[r].err_fd = l.ranks[r].claim_fd =
+			-1;
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	rc = ss_launch_start(&l);
+	if (rc < 0 && !l.ranks[0].pid) { /* none started: nothing to show */
+		free(l.ranks);
+		free(l.cores);
+		free(l.peers);
+		return ss_cmd_fail(ss_launch_prog, rc);
+	}
 	if (rc < 0) {
 		ss_error_print(stderr, ss_launch_prog, rc);
 		l.start_failed = true; /* stop the ranks that did start */

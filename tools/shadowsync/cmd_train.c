@@ -49,10 +49,8 @@ int ss_cmd_train(int argc, char **argv)
 	pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&prog.cond, &cond_attr);
 	pthread_condattr_destroy(&cond_attr);
-	if (c.save) {
-		signal(SIGTERM, ss_train_on_signal);
-		signal(SIGINT, ss_train_on_signal);
-	}
+	signal(SIGTERM, ss_train_on_signal);
+	signal(SIGINT, ss_train_on_signal);
 	if (rc == 0)
 		rc = ss_train_peers(&c);
 	if (rc == 0)

@@ -23,6 +23,8 @@ static const struct {
 	  "write synthetic click data from a planted teacher model" },
 	{ "reshard", ss_cmd_reshard,
 	  "re-divide sharded-table checkpoints for another number of ranks" },
+	{ "shm-clean", ss_cmd_shm_clean,
+	  "remove the shared memory that dead ranks left in /dev/shm" },
 };
 
 #define SS_NR_COMMANDS (int)(sizeof(ss_commands) / sizeof(ss_commands[0]))

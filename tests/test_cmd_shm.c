@@ -1,0 +1,180 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * Shared memory that never leaks: a rank stopped by a signal, a rank
+ * killed under launch, leftovers removed by shm-clean (and a live rank's
+ * objects left alone), two jobs started at once on one address, and long
+ * addresses that must not share names.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "shadowsync/shadowsync.h"
+
+static char dir[] = "/tmp/ss-shm-XXXXXX";
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+
+static void setup(void)
+{
+	strcpy(dir, "/tmp/ss-shm-XXXXXX");
+	cmd_data_dir(dir);
+}
+
+static void teardown(void)
+{
+	cmd_rm_dir(dir);
+}
+
+TestSuite(cmd_shm, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Ports of this test process: 8 from an offset no other suite uses. */
+static int port(void)
+{
+	return 36000 + getpid() % 500 * 8;
+}
+
+/* How many objects in /dev/shm belong to 127.0.0.1:@p. */
+static int objects_of(int p)
+{
+	char prefix[64];
+	struct dirent *e;
+	DIR *d = opendir("/dev/shm");
+	int n = 0;
+
+	cr_assert(d);
+	snprintf(prefix, sizeof(prefix), "ss-127.0.0.1:%d-", p);
+	while ((e = readdir(d)))
+		n += !strncmp(e->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+/* A shell fragment that waits (5 s at most) for @p's control object. */
+#define WAIT_CTL                                                          \
+	"for i in $(seq 100); do [ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && " \
+	"break; sleep 0.05; done; "
+
+/* A world of one rank at @p over shm, long enough to be stopped. */
+#define LONE_RANK                                                         \
+	"%s train --data %s/train.txt " MODEL " --epochs 50 --threads 1 " \
+	"--transport shm --peers 127.0.0.1:%d --rank 0 --progress 0"
+
+Test(cmd_shm, a_rank_stopped_by_sigterm_or_sigint_leaves_nothing)
+{
+	static const char *const sigs[] = { "TERM", "INT" };
+	char out[8192];
+	int p = port();
+
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(cmd_run(out, sizeof(out),
+				     "{ " LONE_RANK " >/dev/null 2>&1 & }; "
+				     "R=$!; " WAIT_CTL "kill -%s $R; wait $R; "
+				     "echo status $?",
+				     SS_COMMAND, dir, p, p, sigs[i]),
+			     0, "%s", out);
+		cr_assert(strstr(out, "status 1"), "SIG%s: %s", sigs[i], out);
+		cr_assert_eq(objects_of(p), 0, "SIG%s left objects", sigs[i]);
+	}
+}
+
+Test(cmd_shm, launch_removes_what_a_killed_rank_left)
+{
+	char out[16384];
+	int p = port() + 2;
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "{ %s launch -n 2 --port %d -- train --data "
+			     "%s/train.txt " MODEL " --epochs 50 --threads 1 "
+			     "--progress 0 >/dev/null 2>&1 & }; L=$!; " WAIT_CTL
+			     "pkill -KILL -f '[r]ank 1 --peers 127.0.0.1:%d,'; "
+			     "wait $L; echo launch $?",
+			     SS_COMMAND, p, dir, p + 1, p),
+		     0, "%s", out);
+	cr_assert(strstr(out, "launch 1"), "%s", out);
+	cr_assert_eq(objects_of(p + 1), 0, "the killed rank's objects");
+	cr_assert_eq(objects_of(p), 0, "the rank launch stopped");
+}
+
+Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
+{
+	char out[16384];
+	int dead = port() + 4, live = port() + 5;
+
+	/* a rank killed outright leaves its objects */
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "{ " LONE_RANK
+			     " >/dev/null 2>&1 & }; R=$!; " WAIT_CTL
+			     "kill -KILL $R; wait $R; true",
+			     SS_COMMAND, dir, dead, dead),
+		     0, "%s", out);
+	cr_assert_gt(objects_of(dead), 1);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "{ " LONE_RANK
+			     " >/dev/null 2>&1 & }; R=$!; " WAIT_CTL
+			     "%s shm-clean --address 127.0.0.1:%d --dry-run; "
+			     "%s shm-clean --address 127.0.0.1:%d; "
+			     "%s shm-clean --address 127.0.0.1:%d; "
+			     "ls /dev/shm | grep -c 'ss-127.0.0.1:%d-'; "
+			     "kill $R; wait $R; true",
+			     SS_COMMAND, dir, live, live, SS_COMMAND, dead,
+			     SS_COMMAND, dead, SS_COMMAND, live, live),
+		     0, "%s", out);
+	cr_assert(strstr(out, "left ss-127.0.0.1:"), "%s", out);
+	cr_assert(strstr(out, "found 1 leftovers"), "%s", out);
+	cr_assert(strstr(out, "removed 1 leftovers"), "%s", out);
+	cr_assert(strstr(out, "removed 0 leftovers"), "the live rank: %s", out);
+	cr_assert_eq(objects_of(dead), 0);
+	cr_assert_eq(objects_of(live), 0, "the live rank ended cleanly");
+}
+
+/* Two launches at once on the same ports: one runs, one is refused with
+ * the reason (before, each took one address and both failed). */
+Test(cmd_shm, two_jobs_started_together_one_runs)
+{
+	char out[16384];
+	int p = port() + 6;
+
+	for (int round = 0; round < 3; round++) {
+		cr_assert_eq(
+			cmd_run(out, sizeof(out),
+				"for j in a b; do { %s launch -n 2 --port "
+				"%d -- train --data %s/train.txt " MODEL
+				" --threads 1 --progress 0 >%s/$j 2>&1; "
+				"echo $j $?; } & done; wait; cat %s/a %s/b",
+				SS_COMMAND, p, dir, dir, dir, dir),
+			0, "%s", out);
+		cr_assert(strstr(out, "a 0") || strstr(out, "b 0"), "%s", out);
+		if (strstr(out, "a 1") || strstr(out, "b 1"))
+			cr_assert(strstr(out, "a live process has it"), "%s",
+				  out);
+		cr_assert_eq(objects_of(p) + objects_of(p + 1), 0);
+	}
+}
+
+/* Names are cut to fit NAME_MAX: two addresses that differ past the cut
+ * must still not share a claim. */
+Test(cmd_shm, long_addresses_do_not_share_names)
+{
+	char a[200], b[200];
+	int fa = -1, fb = -1;
+
+	memset(a, 'h', 130);
+	snprintf(a + 130, sizeof(a) - 130, "a:%d", port());
+	memset(b, 'h', 130);
+	snprintf(b + 130, sizeof(b) - 130, "b:%d", port());
+	cr_assert_eq(ss_fabric_shm_claim(a, 0, &fa), 0, "%s",
+		     ss_last_error()->why);
+	cr_assert_eq(ss_fabric_shm_claim(b, 1, &fb), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
+	cr_assert_eq(ss_fabric_shm_claim(a, 0, &fb), -EADDRINUSE);
+	close(fa);
+	close(fb);
+	cr_assert_geq(ss_fabric_shm_clean(a, 0, true, NULL, NULL), 0);
+	cr_assert_geq(ss_fabric_shm_clean(b, 0, true, NULL, NULL), 0);
+}

@@ -1,0 +1,102 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync shm-clean: list and remove the shared memory that ranks over
+ * shm left in /dev/shm when they died (SIGKILL, a crash, a power cut of
+ * the container).  The objects of live ranks are never touched: each
+ * rank holds a lock on its address's claim object while it runs.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+
+#include "command.h"
+#include "shadowsync/shadowsync.h"
+
+static const char ss_clean_prog[] = "shadowsync shm-clean";
+
+static void ss_clean_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync shm-clean [--job-key K] [--address HOST:PORT]\n"
+		"                            [--dry-run]\n"
+		"\n"
+		"Remove what ranks over shm left in /dev/shm when they died: each\n"
+		"rank's objects are named after its address (/dev/shm/ss-ADDR-*).\n"
+		"Objects of ranks still running are never touched.\n"
+		"\n"
+		"  --job-key K            only the leftovers of job K\n"
+		"  --address HOST:PORT    only those of the rank at that address\n"
+		"  -n, --dry-run          list them, remove nothing\n"
+		"  -h, --help             this help\n");
+}
+
+struct ss_clean_totals {
+	bool dry_run;
+	uint64_t bytes;
+};
+
+static void ss_clean_one(void *ctx, const struct ss_shm_leftover *l)
+{
+	struct ss_clean_totals *t = ctx;
+
+	t->bytes += l->bytes;
+	printf("%s ss-%s-*: %d objects, %.1f MiB",
+	       t->dry_run ? "left" : "removed", l->stem, l->objects,
+	       (double)l->bytes / (1 << 20));
+	if (l->pid)
+		printf(", process %d (gone)", l->pid);
+	if (l->job_key)
+		printf(", job key %" PRIu64, l->job_key);
+	printf("\n");
+}
+
+int ss_cmd_shm_clean(int argc, char **argv)
+{
+	enum { OPT_KEY = 256, OPT_ADDR };
+	static const struct option options[] = {
+		{ "job-key", required_argument, NULL, OPT_KEY },
+		{ "address", required_argument, NULL, OPT_ADDR },
+		{ "dry-run", no_argument, NULL, 'n' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct ss_clean_totals t = { 0 };
+	const char *addr = NULL;
+	long key = 0;
+	int opt, rc = 0;
+
+	optind = 1;
+	while ((opt = getopt_long(argc, argv, "nh", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_KEY:
+			rc = ss_parse_long("--job-key", optarg, 1, LONG_MAX,
+					   &key);
+			break;
+		case OPT_ADDR:
+			addr = optarg;
+			break;
+		case 'n':
+			t.dry_run = true;
+			break;
+		case 'h':
+			ss_clean_usage(stdout);
+			return SS_EXIT_OK;
+		default:
+			return ss_cmd_unknown_option("shm-clean", argv);
+		}
+		if (rc < 0)
+			return ss_cmd_fail(ss_clean_prog, rc);
+	}
+	rc = ss_cmd_no_more_args(argc, argv);
+	if (rc == 0)
+		rc = ss_fabric_shm_clean(addr, (uint64_t)key, !t.dry_run,
+					 ss_clean_one, &t);
+	if (rc < 0)
+		return ss_cmd_fail(ss_clean_prog, rc);
+	printf("%s %d leftovers, %.1f MiB%s\n", t.dry_run ? "found" : "removed",
+	       rc, (double)t.bytes / (1 << 20),
+	       rc && t.dry_run ? " (run without --dry-run to remove them)" :
+				 "");
+	return SS_EXIT_OK;
+}
