@@ -49,7 +49,7 @@ int ss_cmd_train(int argc, char **argv)
 	pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&prog.cond, &cond_attr);
 	pthread_condattr_destroy(&cond_attr);
-	if (c.save) {
+	if (c.save || c.metrics) {
 		signal(SIGTERM, ss_train_on_signal);
 		signal(SIGINT, ss_train_on_signal);
 	}
@@ -79,6 +79,9 @@ int ss_cmd_train(int argc, char **argv)
 		goto out;
 	c.train.threads = plan->trainers;
 	ss_log_info("plan: %d trainers; %s", plan->trainers, plan->note);
+	rc = ss_train_metrics_open(&c); /* its path, before any training */
+	if (rc < 0)
+		goto out;
 
 	c.layout_hash = ss_layout_hash(&c.model);
 	if (c.sync.algo != SS_SYNC_NONE) {
@@ -259,6 +262,8 @@ out:
 	pthread_cond_destroy(&prog.cond);
 	if (rc < 0)
 		ss_error_print(stderr, ss_train_prog, rc);
+	ss_train_metrics_end(&c, sync, &prog.totals, &res,
+			     c.test && rc == 0 ? &test : NULL, rc);
 	ss_table_close(&c.table);
 	ss_sync_destroy(&sync);
 	ss_fabric_close(&fabric);
