@@ -368,6 +368,7 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 {
 	char out[8192], path[256];
 	char *text;
+	int rc;
 
 	snprintf(path, sizeof(path), "%s/prom/shadowsync.prom", dir);
 	cr_assert_eq(cmd_run(out, sizeof(out),
@@ -412,6 +413,15 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 	cr_assert(!isnan(
 		prom_value(text, "shadowsync_sync_bytes_sent_total", NULL)));
 	free(text);
+	/* Prometheus's own parser and linter too, where it is installed */
+	rc = cmd_run(out, sizeof(out),
+		     "command -v promtool >/dev/null || exit 77; "
+		     "promtool check metrics < %s 2>&1",
+		     path);
+	if (rc == 77)
+		cr_log_info("promtool not installed: its check skipped");
+	else
+		cr_assert_eq(rc, 0, "promtool check metrics: %s", out);
 	snprintf(path, sizeof(path), "%s/prom", dir);
 	assert_no_tmp(path);
 }
