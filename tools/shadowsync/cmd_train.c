@@ -76,6 +76,9 @@ int ss_cmd_train(int argc, char **argv)
 		goto out;
 	c.train.threads = plan->trainers;
 	ss_log_info("plan: %d trainers; %s", plan->trainers, plan->note);
+	rc = ss_train_metrics_open(&c); /* its path, before any training */
+	if (rc < 0)
+		goto out;
 
 	c.layout_hash = ss_layout_hash(&c.model);
 	if (c.sync.algo != SS_SYNC_NONE) {
@@ -258,6 +261,8 @@ out:
 	pthread_cond_destroy(&prog.cond);
 	if (rc < 0)
 		ss_error_print(stderr, ss_train_prog, rc);
+	ss_train_metrics_end(&c, sync, &prog.totals, &res,
+			     c.test && rc == 0 ? &test : NULL, rc);
 	ss_table_close(&c.table);
 	ss_sync_destroy(&sync);
 	ss_fabric_close(&fabric);

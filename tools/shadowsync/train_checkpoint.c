@@ -46,9 +46,10 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 
 /*
  * SIGTERM (launch stopping the ranks) or Ctrl-C: remove the names of our
- * shared memory (over shm), and during a save the half-written PATH.tmp,
- * then die of the signal as before.  unlink() is async-signal-safe; the
- * path is set before the save and cleared after.
+ * shared memory (over shm), during a save the half-written PATH.tmp, and
+ * a --metrics FILE.tmp being written, then die of the signal as before.
+ * unlink() is async-signal-safe; the path is set before the save and
+ * cleared after.
  */
 static char ss_saving_tmp[4096 + sizeof(SS_CHECKPOINT_TMP_SUFFIX)];
 static volatile sig_atomic_t ss_saving;
@@ -58,6 +59,7 @@ void ss_train_on_signal(int sig)
 	ss_fabric_remove_names();
 	if (ss_saving)
 		unlink(ss_saving_tmp);
+	ss_train_metrics_on_signal();
 	signal(sig, SIG_DFL);
 	raise(sig);
 }

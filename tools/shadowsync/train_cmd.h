@@ -4,7 +4,7 @@
  * (train_options.c), peers (train_peers.c), checkpoints and signals
  * (train_checkpoint.c), progress lines (train_progress.c), the data by
  * chunks (train_chunks.c), evaluation and the summary (train_report.c),
- * the sharded tables (train_tables.c),
+ * the sharded tables (train_tables.c), the metrics file (train_metrics.c),
  * and the run itself (cmd_train.c).
  */
 #ifndef SS_TRAIN_CMD_H
@@ -28,6 +28,16 @@ enum ss_tables_kind {
 	SS_TABLES_LOCAL, /* a copy on every rank, each its own */
 };
 extern const char *const ss_tables_names[];
+
+#define SS_METRICS_PATH_MAX 4096
+
+/* --metrics: the file node_exporter's textfile collector serves. */
+struct ss_metrics_file {
+	char path[SS_METRICS_PATH_MAX]; /* {rank} replaced */
+	uint64_t start_ns; /* when it was first written */
+	bool open; /* written once: the later writes may go on */
+	bool failing; /* the last write failed (said once) */
+};
 
 struct ss_train_cmd {
 	struct ss_model_config model;
@@ -57,6 +67,8 @@ struct ss_train_cmd {
 	struct ss_table_stats trained; /* its stats when training ended */
 	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */
 	long chunk_size; /* --chunk-size; 0: automatic */
+	const char *metrics; /* --metrics FILE, {rank} not yet replaced */
+	struct ss_metrics_file mfile;
 };
 
 /*
@@ -173,6 +185,40 @@ void ss_table_report_json(const struct ss_train_cmd *c,
 			  const struct ss_train_result *res);
 void ss_table_report_text(const struct ss_train_cmd *c,
 			  const struct ss_train_result *res);
+
+/*
+ * ss_table_report_stats() - the tables' stats as the summary gives them:
+ * lookups as of the end of training, gradients as of now.
+ */
+void ss_table_report_stats(const struct ss_train_cmd *c,
+			   struct ss_table_stats *st);
+
+/*
+ * ss_train_metrics_open() - --metrics: the path ({rank} replaced), its
+ * folder checked, the first file written (before training).  Returns 0
+ * (also without --metrics), SS_EUSAGE when another rank on this host
+ * would write the same file, or -errno naming --metrics and the path.
+ */
+int ss_train_metrics_open(struct ss_train_cmd *c);
+
+/*
+ * ss_train_metrics_update() - the file again, from the progress thread,
+ * @secs into training; a failure is a warning, said once.
+ */
+void ss_train_metrics_update(struct ss_progress *p, double secs);
+
+/*
+ * ss_train_metrics_end() - the last file: with @rc 0 the summary's
+ * figures (@res, and @test when not NULL), else the totals so far and
+ * shadowsync_train_failed 1.  After the progress thread has stopped.
+ */
+void ss_train_metrics_end(struct ss_train_cmd *c, struct ss_sync *sync,
+			  struct ss_train_progress *totals,
+			  const struct ss_train_result *res,
+			  const struct ss_metrics *test, int rc);
+
+/* ss_train_metrics_on_signal() - remove a half-written FILE.tmp. */
+void ss_train_metrics_on_signal(void);
 
 /* ss_train_report() - the summary: text, or one JSON line with --json. */
 void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,

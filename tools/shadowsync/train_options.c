@@ -88,6 +88,10 @@ static void ss_train_usage(FILE *out)
 		"                         last --save-every wrote, when there is one\n"
 		"output\n"
 		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
+		"  --metrics FILE         the progress figures for Prometheus, replaced\n"
+		"                         atomically every --progress S and at the end\n"
+		"                         (node_exporter's textfile collector reads *.prom;\n"
+		"                         {rank} as for --save; docs/deploying.md)\n"
 		"  --json                 print the summary as JSON\n"
 		"  -v, --verbose          log at debug level\n"
 		"  -h, --help             this help\n");
@@ -139,6 +143,7 @@ enum {
 	OPT_LOAD,
 	OPT_DATA_SPLIT,
 	OPT_CHUNK_SIZE,
+	OPT_METRICS,
 };
 
 const char *const ss_tables_names[] = { "replicated", "sharded", "local",
@@ -192,6 +197,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "save", required_argument, NULL, OPT_SAVE },
 		{ "save-every", required_argument, NULL, OPT_SAVE_EVERY },
 		{ "load", required_argument, NULL, OPT_LOAD },
+		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -400,6 +406,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_JSON:
 			c->json = true;
+			break;
+		case OPT_METRICS:
+			c->metrics = optarg;
 			break;
 		case OPT_SAVE:
 			c->save = optarg;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
- * shadowsync train: the progress thread (a line every --progress seconds,
- * a checkpoint every --save-every).
+ * shadowsync train: the progress thread (a line, and the --metrics file,
+ * every --progress seconds; a checkpoint every --save-every).
  */
 #include <math.h>
 #include <time.h>
@@ -68,6 +68,7 @@ void *ss_progress_main(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (now >= next_line) {
 			ss_progress_line(p, (double)(now - start) / 1e9);
+			ss_train_metrics_update(p, (double)(now - start) / 1e9);
 			next_line += (uint64_t)p->c->progress * s;
 		}
 		if (now >= next_save) {

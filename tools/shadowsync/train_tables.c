@@ -77,8 +77,8 @@ static double ss_wait_share(const struct ss_train_cmd *c,
  * Lookups and waits as of the end of training (c->trained); gradients as
  * of now, every one applied or dropped.
  */
-static void ss_report_stats(const struct ss_train_cmd *c,
-			    struct ss_table_stats *st)
+void ss_table_report_stats(const struct ss_train_cmd *c,
+			   struct ss_table_stats *st)
 {
 	struct ss_table_stats now;
 
@@ -97,7 +97,7 @@ void ss_table_report_json(const struct ss_train_cmd *c,
 {
 	struct ss_table_stats st;
 
-	ss_report_stats(c, &st);
+	ss_table_report_stats(c, &st);
 	printf(",\"table_bytes\":%zu,\"table_registered_bytes\":%zu,"
 	       "\"lookups_per_s\":%.1f,\"rows_per_lookup\":%.1f,"
 	       "\"rows_remote_share\":%.3f,\"rows_fetched_per_lookup\":%.1f,"
@@ -126,7 +126,7 @@ void ss_table_report_text(const struct ss_train_cmd *c,
 {
 	struct ss_table_stats st;
 
-	ss_report_stats(c, &st);
+	ss_table_report_stats(c, &st);
 	printf("tables: sharded, %.1f MB of rows (and optimizer state) here; "
 	       "%" PRIu64 " lookups (%.0f/s), %.0f%% of rows at peers, "
 	       "trainers waited %.1f%% of their time for rows (prefetch %d)\n",
