@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
- * The replica lands on the planned NUMA node, over verbs too.  It needs a
+ * The replica lands on the planned NUMA node, over shm and over verbs.  It needs a
  * machine with two NUMA nodes: `make check` runs it in a soft-RoCE guest
  * that has two (tools/rxe-vm --numa 2: CPU 0 on node 0, CPU 1 on node 1);
  * on one node it reports itself skipped.
@@ -59,7 +59,7 @@ static int numa_rank(int rank, void *arg)
 	rank_fail_if(rank, rc, "open: %s", ss_strerror(rc));
 	rc = ss_sync_create(&s, f, NPARAMS, &so);
 	rank_fail_if(rank, rc, "sync: %s", ss_strerror(rc));
-	/* over shm the pages come with the first touch: touch them */
+	/* over shm the reservation allocated the pages; touch them anyway */
 	memset(ss_sync_params(s), 0, NPARAMS * sizeof(float));
 	w = (const char *)ss_sync_params(s);
 	seen[rank].node_of_first_off = -1;
