@@ -124,6 +124,38 @@ Test(plan, oversubscribe_wraps_around_cores)
 			     t, trainer(t)->core);
 }
 
+/*
+ * A large machine, a trainer on every PU but one: each trainer on a PU of
+ * its own, every slot sharing its core, the first PU of each core before
+ * any second, the shadow on the last PU of its core.  (The plan is built
+ * in one pass over the PUs; asking hwloc for each core's PUs took minutes
+ * at 32768 PUs: docs/perf.md.)
+ */
+Test(plan, every_pu_of_a_large_machine_once)
+{
+	static bool used[2048];
+	int n = 2048;
+
+	make_plan("package:4 numa:2 core:64 pu:4", n - 1, NULL, true);
+	cr_assert_eq(plan->trainers, n - 1);
+	for (int t = 0; t < plan->trainers; t++) {
+		int pu = trainer(t)->pu;
+
+		cr_assert(pu >= 0 && pu < n, "trainer %d on PU %d", t, pu);
+		cr_assert(!used[pu], "PU %d taken twice", pu);
+		used[pu] = true;
+		cr_assert(trainer(t)->shares_core, "trainer %d", t);
+	}
+	cr_assert(plan->slots[0].shares_core);
+	cr_assert_eq(plan->slots[0].pu % 4, 3, "shadow on PU %d",
+		     plan->slots[0].pu);
+	/* 512 trainers on their cores' first PUs, then the second PUs */
+	for (int t = 0; t < 512; t++)
+		cr_assert_eq(trainer(t)->pu % 4, 0, "trainer %d on PU %d", t,
+			     trainer(t)->pu);
+	cr_assert_eq(trainer(512)->pu % 4, 1, "PU %d", trainer(512)->pu);
+}
+
 Test(plan, negative_trainers_refused)
 {
 	struct ss_plan_request req = { .trainers = -1 };

@@ -14,7 +14,64 @@ struct ss_core {
 	hwloc_obj_t obj;
 	int numa; /* OS index */
 	int rank; /* position of its NUMA node in the nearest-first order */
+	int n_pus; /* its PUs, */
+	const int *pus; /* their OS indices in logical order */
 };
+
+/*
+ * Every PU's OS index grouped by core, in one pass over the PUs: asking
+ * hwloc for the PUs inside each core's cpuset walks every PU for every
+ * core, over bitmaps as long as the machine, and a 32768-PU topology took
+ * minutes.  Core c (logical index) has pus[first[c]] to pus[first[c+1]-1].
+ */
+struct ss_pu_map {
+	int *first, *pus;
+};
+
+static int ss_pu_map_build(struct ss_topo *topo, hwloc_obj_type_t type,
+			   int n_types, struct ss_pu_map *m)
+{
+	int n_pu = hwloc_get_nbobjs_by_type(topo->hw, HWLOC_OBJ_PU);
+	int *fill = calloc((size_t)n_types + 1, sizeof(int));
+
+	m->first = calloc((size_t)n_types + 1, sizeof(int));
+	m->pus = calloc((size_t)(n_pu > 0 ? n_pu : 1), sizeof(int));
+	if (!fill || !m->first || !m->pus) {
+		free(fill);
+		return -ENOMEM;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		for (int i = 0; i < n_pu; i++) {
+			hwloc_obj_t pu = hwloc_get_obj_by_type(
+				topo->hw, HWLOC_OBJ_PU, (unsigned)i);
+			hwloc_obj_t core =
+				type == HWLOC_OBJ_PU ?
+					pu :
+					hwloc_get_ancestor_obj_by_type(
+						topo->hw, type, pu);
+			unsigned c;
+
+			if (!core || core->logical_index >= (unsigned)n_types)
+				continue;
+			c = core->logical_index;
+			if (pass == 0)
+				m->first[c + 1]++;
+			else
+				m->pus[m->first[c] + fill[c]++] =
+					(int)pu->os_index;
+		}
+		for (int c = 0; pass == 0 && c < n_types; c++)
+			m->first[c + 1] += m->first[c];
+	}
+	free(fill);
+	return 0;
+}
+
+static void ss_pu_map_free(struct ss_pu_map *m)
+{
+	free(m->first);
+	free(m->pus);
+}
 
 /* A NUMA node and how far it is from the NIC's node. */
 struct ss_node {
@@ -96,50 +153,66 @@ static int ss_core_cmp(const void *pa, const void *pb)
 	return (int)a->obj->logical_index - (int)b->obj->logical_index;
 }
 
-/* Every usable core, ordered by its node's distance from the NIC's node. */
-static struct ss_core *ss_cores_by_distance(struct ss_topo *topo,
-					    const struct ss_node *nodes,
-					    int n_nodes, int *count)
+/* Every usable core, ordered by its node's distance from the NIC's node:
+ * a core is on the nearest node that holds one of its PUs. */
+static struct ss_core *
+ss_cores_by_distance(struct ss_topo *topo, const struct ss_node *nodes,
+		     int n_nodes, const struct ss_pu_map *m, int *count)
 {
 	hwloc_obj_type_t type = ss_core_type(topo);
 	int n = hwloc_get_nbobjs_by_type(topo->hw, type), used = 0;
+	int last =
+		hwloc_bitmap_last(hwloc_topology_get_topology_cpuset(topo->hw));
 	struct ss_core *cores = calloc((size_t)(n > 0 ? n : 1), sizeof(*cores));
+	int *rank_of = malloc((size_t)(last >= 0 ? last + 1 : 1) * sizeof(int));
 
-	if (!cores)
+	if (!cores || !rank_of) {
+		free(cores);
+		free(rank_of);
 		return NULL;
+	}
+	/* each PU's nearest node, nodes being in nearest-first order */
+	for (int i = 0; i <= last; i++)
+		rank_of[i] = -1;
+	for (int k = n_nodes - 1; k >= 0; k--) {
+		unsigned id;
+
+		hwloc_bitmap_foreach_begin(id, nodes[k].obj->cpuset)
+		{
+			if ((int)id <= last)
+				rank_of[id] = k;
+		}
+		hwloc_bitmap_foreach_end();
+	}
 	for (int i = 0; i < n; i++) {
 		hwloc_obj_t obj =
 			hwloc_get_obj_by_type(topo->hw, type, (unsigned)i);
+		const int *pus = m->pus + m->first[i];
+		int n_pus = m->first[i + 1] - m->first[i], k = -1;
 
-		for (int k = 0; k < n_nodes; k++) {
-			if (!hwloc_bitmap_intersects(nodes[k].obj->cpuset,
-						     obj->cpuset))
-				continue;
-			cores[used].obj = obj;
-			cores[used].numa = (int)nodes[k].obj->os_index;
-			cores[used].rank = k;
-			used++;
-			break;
-		}
+		for (int j = 0; j < n_pus; j++)
+			if (rank_of[pus[j]] >= 0 &&
+			    (k < 0 || rank_of[pus[j]] < k))
+				k = rank_of[pus[j]];
+		if (k < 0)
+			continue;
+		cores[used].obj = obj;
+		cores[used].numa = (int)nodes[k].obj->os_index;
+		cores[used].rank = k;
+		cores[used].n_pus = n_pus;
+		cores[used].pus = pus;
+		used++;
 	}
+	free(rank_of);
 	qsort(cores, (size_t)used, sizeof(*cores), ss_core_cmp);
 	*count = used;
 	return cores;
 }
 
 /* OS index of the @nth PU of @core, or -1 when it has fewer. */
-static int ss_core_pu(struct ss_topo *topo, hwloc_obj_t core, int nth)
+static int ss_core_pu(const struct ss_core *core, int nth)
 {
-	hwloc_obj_t pu = hwloc_get_obj_inside_cpuset_by_type(
-		topo->hw, core->cpuset, HWLOC_OBJ_PU, (unsigned)nth);
-
-	return pu ? (int)pu->os_index : -1;
-}
-
-static int ss_core_nb_pus(struct ss_topo *topo, hwloc_obj_t core)
-{
-	return hwloc_get_nbobjs_inside_cpuset_by_type(topo->hw, core->cpuset,
-						      HWLOC_OBJ_PU);
+	return nth < core->n_pus ? core->pus[nth] : -1;
 }
 
 static void ss_slot_set(struct ss_plan_slot *slot, enum ss_role role,
@@ -157,22 +230,21 @@ static void ss_slot_set(struct ss_plan_slot *slot, enum ss_role role,
  * core when it has one of its own.  Past one per core (--oversubscribe)
  * they take the cores' second PUs (SMT siblings), then wrap around.
  */
-static void ss_place_trainers(struct ss_topo *topo, struct ss_plan *plan,
-			      const struct ss_core *cores, int n_cores,
-			      int shadow_core)
+static void ss_place_trainers(struct ss_plan *plan, const struct ss_core *cores,
+			      int n_cores, int shadow_core)
 {
 	int t = 0, max_pus = 1;
 
 	for (int c = 0; c < n_cores; c++)
-		if (ss_core_nb_pus(topo, cores[c].obj) > max_pus)
-			max_pus = ss_core_nb_pus(topo, cores[c].obj);
+		if (cores[c].n_pus > max_pus)
+			max_pus = cores[c].n_pus;
 	while (t < plan->trainers) {
 		int before = t;
 
 		for (int nth = 0; nth < max_pus && t < plan->trainers; nth++) {
 			for (int c = 0; c < n_cores && t < plan->trainers;
 			     c++) {
-				int pu = ss_core_pu(topo, cores[c].obj, nth);
+				int pu = ss_core_pu(&cores[c], nth);
 
 				if (c == shadow_core && plan->shadow_own_core)
 					continue;
@@ -188,15 +260,21 @@ static void ss_place_trainers(struct ss_topo *topo, struct ss_plan *plan,
 	}
 }
 
-static void ss_mark_shared_cores(struct ss_plan *plan)
+/* Slots whose core holds another slot too; @n_cores bounds the cores'
+ * logical indices. */
+static int ss_mark_shared_cores(struct ss_plan *plan, int n_cores)
 {
 	int first = plan->shadow ? 0 : 1; /* slots[0] is unused without one */
+	int *on = calloc((size_t)n_cores, sizeof(int));
 
+	if (!on)
+		return -ENOMEM;
 	for (int i = first; i < plan->n_slots; i++)
-		for (int j = first; j < plan->n_slots; j++)
-			if (i != j &&
-			    plan->slots[i].core == plan->slots[j].core)
-				plan->slots[i].shares_core = true;
+		on[plan->slots[i].core]++;
+	for (int i = first; i < plan->n_slots; i++)
+		plan->slots[i].shares_core = on[plan->slots[i].core] > 1;
+	free(on);
+	return 0;
 }
 
 static void ss_plan_note(struct ss_plan *plan, const struct ss__nic *nic)
@@ -218,9 +296,10 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 	struct ss_node *nodes = NULL;
 	struct ss_core *cores = NULL;
 	struct ss_plan *plan = NULL;
+	struct ss_pu_map pus = { 0 };
 	struct ss__nic nic;
 	hwloc_obj_t home;
-	int n_nodes = 0, n_cores = 0, trainers, shadow_core = 0, rc;
+	int n_nodes = 0, n_cores = 0, n_types, trainers, shadow_core = 0, rc;
 
 	*out = NULL;
 	if (request->trainers < 0)
@@ -236,7 +315,10 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 	nodes = ss_nodes_by_distance(topo, home, &n_nodes);
 	if (!nodes)
 		return ss_error_set(-ENOMEM, NULL, NULL, "placement plan");
-	cores = ss_cores_by_distance(topo, nodes, n_nodes, &n_cores);
+	n_types = hwloc_get_nbobjs_by_type(topo->hw, ss_core_type(topo));
+	if (ss_pu_map_build(topo, ss_core_type(topo), n_types, &pus) == 0)
+		cores = ss_cores_by_distance(topo, nodes, n_nodes, &pus,
+					     &n_cores);
 	if (!cores) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "placement plan");
 		goto out_nodes;
@@ -287,19 +369,22 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 	       cores[shadow_core + 1].rank == cores[0].rank)
 		shadow_core++;
 	ss_slot_set(&plan->slots[0], SS_ROLE_SHADOW, -1, &cores[shadow_core],
-		    ss_core_pu(topo, cores[shadow_core].obj,
+		    ss_core_pu(&cores[shadow_core],
 			       plan->shadow_own_core ?
 				       0 :
-				       ss_core_nb_pus(topo,
-						      cores[shadow_core].obj) -
-					       1));
-	ss_place_trainers(topo, plan, cores, n_cores, shadow_core);
-	ss_mark_shared_cores(plan);
+				       cores[shadow_core].n_pus - 1));
+	ss_place_trainers(plan, cores, n_cores, shadow_core);
+	if (ss_mark_shared_cores(plan, n_types) < 0) {
+		free(plan);
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "placement plan");
+		goto out_cores;
+	}
 	*out = plan;
 	rc = 0;
 
 out_cores:
 	free(cores);
+	ss_pu_map_free(&pus);
 out_nodes:
 	free(nodes);
 	return rc;
