@@ -178,3 +178,22 @@ Test(cmd_shm, long_addresses_do_not_share_names)
 	cr_assert_geq(ss_fabric_shm_clean(a, 0, true, NULL, NULL), 0);
 	cr_assert_geq(ss_fabric_shm_clean(b, 0, true, NULL, NULL), 0);
 }
+
+/* Through launch: two jobs whose --host of 130 characters differ only at
+ * the end both run side by side (their names were cut into one). */
+Test(cmd_shm, launch_hosts_that_differ_past_the_cut_both_run)
+{
+	char out[16384], host[140];
+
+	memset(host, 'h', 129);
+	host[129] = '\0';
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "for j in a b; do { %s launch -n 2 --host %s$j "
+			     "--port %d -- train --data %s/train.txt " MODEL
+			     " --threads 1 --progress 0 >%s/$j 2>&1; "
+			     "echo job $j $?; } & done; wait; cat %s/a %s/b",
+			     SS_COMMAND, host, port() + 7, dir, dir, dir, dir),
+		     0, "%s", out);
+	cr_assert(strstr(out, "job a 0"), "%s", out);
+	cr_assert(strstr(out, "job b 0"), "%s", out);
+}

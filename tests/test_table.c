@@ -379,7 +379,7 @@ Test(table, bad_options_are_refused)
 Test(table, table_addresses_follow_the_sync_ones)
 {
 	const char *sync[2] = { "node1:7000", "10.0.0.2:7001" }, *addrs[2];
-	char buf[2][64];
+	char buf[2][SS_TABLE_ADDR_LEN], host[300];
 
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), 0);
 	cr_assert_str_eq(addrs[0], "node1:7002");
@@ -387,6 +387,13 @@ Test(table, table_addresses_follow_the_sync_ones)
 	sync[1] = "node2";
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->what, "node2"));
+	/* a host name of 253 characters, as long as DNS allows */
+	memset(host, 'h', 253);
+	strcpy(host + 253, ":7001");
+	sync[1] = host;
+	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), 0);
+	cr_assert_eq(strlen(addrs[1]), 253 + 5);
+	cr_assert_str_eq(addrs[1] + 253, ":7003");
 }
 
 /*

@@ -93,11 +93,14 @@ void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
  * ss_table_addrs() - the table endpoint's address of each rank: the sync
  * address "host:port" with port + @world (launch gives rank r port P + r,
  * so the table ports P + N + r collide with none of the job's).  Writes
- * @world strings of up to 64 bytes into @buf and points @addrs at them.
- * Returns 0 or SS_EUSAGE naming the address without a port.
+ * @world strings of up to SS_TABLE_ADDR_LEN bytes into @buf and points
+ * @addrs at them.  Returns 0 or SS_EUSAGE naming the address without a
+ * port or with a host longer than 255 characters.
  */
-int ss_table_addrs(const char *const *sync_addrs, int world, char (*buf)[64],
-		   const char **addrs);
+#define SS_TABLE_ADDR_LEN 272 /* a 255-character host, ':', a port */
+
+int ss_table_addrs(const char *const *sync_addrs, int world,
+		   char (*buf)[SS_TABLE_ADDR_LEN], const char **addrs);
 
 struct ss_table;
 

@@ -47,20 +47,29 @@ void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
 		out[i] = bound * (float)(2.0 * ss__uniform(&s) - 1.0);
 }
 
-int ss_table_addrs(const char *const *sync_addrs, int world, char (*buf)[64],
-		   const char **addrs)
+int ss_table_addrs(const char *const *sync_addrs, int world,
+		   char (*buf)[SS_TABLE_ADDR_LEN], const char **addrs)
 {
 	for (int r = 0; r < world; r++) {
 		const char *colon = strrchr(sync_addrs[r], ':');
 		long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+		int host = colon ? (int)(colon - sync_addrs[r]) : 0;
 
-		if (!colon || port <= 0 || port + world > 65535 ||
-		    (size_t)(colon - sync_addrs[r]) > 48)
+		if (!colon || port <= 0 || port + world > 65535)
 			return ss_error_set(
-				SS_EUSAGE, "no port, or one too large", NULL,
+				SS_EUSAGE, "no port, or one too large",
+				"the tables listen on each rank's port + the "
+				"number of ranks: keep it under 65536",
 				"table address of rank %d from '%s'", r,
 				sync_addrs[r]);
-		snprintf(buf[r], 64, "%.*s:%ld", (int)(colon - sync_addrs[r]),
+		if (host > SS_TABLE_ADDR_LEN - 8)
+			return ss_error_set(SS_EUSAGE, "the host is too long",
+					    "host names have at most 255 "
+					    "characters",
+					    "table address of rank %d from "
+					    "'%.64s...'",
+					    r, sync_addrs[r]);
+		snprintf(buf[r], SS_TABLE_ADDR_LEN, "%.*s:%ld", host,
 			 sync_addrs[r], port + world);
 		addrs[r] = buf[r];
 	}

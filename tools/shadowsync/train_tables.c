@@ -14,7 +14,7 @@ int ss_train_open_table(struct ss_train_cmd *c)
 {
 	struct ss_table_options o;
 	struct ss_fabric_options fo = c->fabric;
-	char(*buf)[64] = calloc((size_t)fo.world, sizeof(*buf));
+	char(*buf)[SS_TABLE_ADDR_LEN] = calloc((size_t)fo.world, sizeof(*buf));
 	const char **addrs = calloc((size_t)fo.world, sizeof(*addrs));
 	int rc;
 
