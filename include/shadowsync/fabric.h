@@ -50,7 +50,9 @@ enum ss_access {
 	SS_ACCESS_REMOTE_ATOMIC = 1 << 2, /* 64-bit fetch-and-add */
 };
 
+/* Fill with ss_fabric_options_init() first (base.h, "Option structs"). */
 struct ss_fabric_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_transport transport;
 	int rank; /* this rank, 0 <= rank < world */
 	int world; /* number of ranks */
@@ -66,7 +68,9 @@ struct ss_fabric_options {
 };
 
 /* ss_fabric_options_init() - defaults: auto transport, gid_index -1. */
-void ss_fabric_options_init(struct ss_fabric_options *opts);
+#define ss_fabric_options_init(opts) \
+	ss_fabric_options_init_size((opts), sizeof(*(opts)))
+void ss_fabric_options_init_size(struct ss_fabric_options *opts, size_t size);
 
 /*
  * ss_transport_parse() - "auto", "verbs" or "shm".  Returns 0 or SS_EUSAGE

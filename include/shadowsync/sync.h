@@ -45,7 +45,9 @@ enum ss_sync_algo {
 	SS_SYNC_GOSSIP,
 };
 
+/* Fill with ss_sync_options_init() first (base.h, "Option structs"). */
 struct ss_sync_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_sync_algo algo;
 	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
 	double eta; /* S-BMUF block momentum; < 0: 1 - 1/N */
@@ -73,7 +75,10 @@ struct ss_sync_options {
 };
 
 /* ss_sync_options_init() - the defaults above, for @algo. */
-void ss_sync_options_init(struct ss_sync_options *opts, enum ss_sync_algo algo);
+#define ss_sync_options_init(opts, algo) \
+	ss_sync_options_init_size((opts), sizeof(*(opts)), (algo))
+void ss_sync_options_init_size(struct ss_sync_options *opts, size_t size,
+			       enum ss_sync_algo algo);
 
 /* ss_sync_algo_parse() - "ma", "easgd", "bmuf", "gossip" or "none". */
 int ss_sync_algo_parse(const char *option, const char *text,

@@ -45,7 +45,9 @@ enum ss_table_update {
 	SS_TABLE_ADAGRAD, /* acc += g^2; row -= lr * g / (sqrt(acc) + eps) */
 };
 
+/* Fill with ss_table_options_init() first (base.h, "Option structs"). */
 struct ss_table_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int tables; /* logical tables */
 	uint32_t rows; /* rows in each */
 	int width; /* floats in a row */
@@ -79,7 +81,9 @@ struct ss_table_options {
  * 1 client, 4096 rows a lookup, depth 2, logs of 16384 entries, a cache
  * of 65536 rows per client, 5 s.
  */
-void ss_table_options_init(struct ss_table_options *opts);
+#define ss_table_options_init(opts) \
+	ss_table_options_init_size((opts), sizeof(*(opts)))
+void ss_table_options_init_size(struct ss_table_options *opts, size_t size);
 
 /*
  * ss_table_init_row() - the starting values of row @row of table @table:

@@ -71,8 +71,12 @@ struct ss_plan_slot {
 	bool shares_core; /* another thread of the plan runs on this core */
 };
 
-/* What to plan for. */
+/*
+ * What to plan for.  Fill with ss_plan_request_init() first (base.h,
+ * "Option structs").
+ */
 struct ss_plan_request {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int trainers; /* trainer threads; 0 = one per core but the shadow's
 		       * (one per core with no_shadow) */
 	const char *device; /* RDMA device; NULL = the first one found */
@@ -81,6 +85,14 @@ struct ss_plan_request {
 	 * kept for one, and slots[0] is unused */
 	bool no_shadow;
 };
+
+/*
+ * ss_plan_request_init() - the defaults: a shadow thread, one trainer per
+ * core but the shadow's, the first RDMA device, no oversubscription.
+ */
+#define ss_plan_request_init(request) \
+	ss_plan_request_init_size((request), sizeof(*(request)))
+void ss_plan_request_init_size(struct ss_plan_request *request, size_t size);
 
 /* The placement plan.  slots[0] is the shadow thread, then the trainers. */
 struct ss_plan {

@@ -299,8 +299,12 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 
 #define SS_TRAIN_MAX_PREFETCH 8
 
-/* How to train one rank. */
+/*
+ * How to train one rank.  Fill with ss_train_options_init() first (base.h,
+ * "Option structs").
+ */
 struct ss_train_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int threads; /* Hogwild trainer threads */
 	const char *data; /* Criteo-format file */
 	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
@@ -357,7 +361,9 @@ struct ss_train_result {
  * ss_train_options_init() - 1 thread, batch 128, SGD at lr 0.1 (Adagrad's
  * eps 1e-8), one epoch, bad lines fail.
  */
-void ss_train_options_init(struct ss_train_options *opts);
+#define ss_train_options_init(opts) \
+	ss_train_options_init_size((opts), sizeof(*(opts)))
+void ss_train_options_init_size(struct ss_train_options *opts, size_t size);
 
 /*
  * ss_train() - @opts->epochs passes over this rank's part of the data by
@@ -404,7 +410,9 @@ enum ss_gen_shape {
 	SS_GEN_CRITEO, /* Criteo Kaggle's counts: 3 to 10 million, 34 M in all */
 };
 
+/* Fill with ss_gen_options_init() first (base.h, "Option structs"). */
 struct ss_gen_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	uint64_t examples;
 	uint64_t seed;
 	double ctr; /* the click rate to aim for */
@@ -421,7 +429,9 @@ struct ss_gen_options {
  * values per feature (uniform shape), value weights 0.35, interactions
  * 0.05.
  */
-void ss_gen_options_init(struct ss_gen_options *opts);
+#define ss_gen_options_init(opts) \
+	ss_gen_options_init_size((opts), sizeof(*(opts)))
+void ss_gen_options_init_size(struct ss_gen_options *opts, size_t size);
 
 /* ss_gen_cardinality() - the distinct values of feature @j (0..25). */
 uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
