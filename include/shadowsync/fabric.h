@@ -20,6 +20,20 @@
  * Regions are numbered in the order they are allocated, and the numbers
  * must mean the same on every rank: remote operations name the peer's
  * region by its number.  Every wait is bounded by the endpoint's timeout.
+ *
+ * Threads: an endpoint has no lock inside.  One thread at a time may call
+ * the functions that take it (allocation, connection, the operations,
+ * polling, progress, the peers' state, close): the thread that drives it,
+ * or threads that hand it over under a lock of their own, as the sync
+ * layer does (an endpoint given to ss_sync_create() or opened by
+ * ss_table_open() is theirs until they are destroyed).  The exceptions
+ * read what is fixed once set, from any thread at any time:
+ * ss_fabric_rank(), ss_fabric_world(), ss_fabric_transport(), and
+ * ss_region_ptr(), ss_region_len() and ss_region_index() of an allocated
+ * region.  Different endpoints are independent, each in its own thread
+ * if need be.  The functions that take no endpoint (options, names,
+ * parsers, the peer lists, ss_launcher_rank(),
+ * ss_fabric_verbs_available()) may run in any thread at once.
  */
 #ifndef SHADOWSYNC_FABRIC_H
 #define SHADOWSYNC_FABRIC_H

@@ -15,7 +15,12 @@
  * peer, no lock on the data path: each client talks to it through rings
  * of its own), and applies the gradients that come in.  Client @c's calls
  * (lookup, wait, push) come from one thread at a time; different clients
- * may call at the same time.
+ * may call at the same time.  So may any thread call ss_table_flush(),
+ * ss_table_stats(), ss_table_pause_applier(), ss_table_owner() and
+ * ss_table_row(); ss_table_barrier() one thread at a time;
+ * ss_table_open() and ss_table_close() the thread that owns the table,
+ * with no other call overlapping the close.  The functions that take no
+ * table may run in any thread at once.
  *
  * A lookup is posted (ss_table_lookup) and waited for later
  * (ss_table_wait): a trainer posts the rows of its next batches while it
@@ -188,8 +193,9 @@ int ss_table_flush(struct ss_table *table, unsigned timeout_ms);
 /*
  * ss_table_barrier() - wait until every live peer has called it as often
  * as we have, at most @timeout_ms: a rank's shard must outlive the
- * others' last lookups (their evaluation), so ranks close together.
- * Returns 0, or -ETIMEDOUT naming a peer that did not come.
+ * others' last lookups (their evaluation), so ranks close together.  One
+ * thread of the rank at a time.  Returns 0, or -ETIMEDOUT naming a peer
+ * that did not come.
  */
 int ss_table_barrier(struct ss_table *table, unsigned timeout_ms);
 
@@ -220,7 +226,9 @@ void ss_table_stats(struct ss_table *table, struct ss_table_stats *stats);
 
 /*
  * ss_table_fabric() - the endpoint the layer uses: for tests and
- * benchmarks that address its regions (SS_TABLE_R_*) directly.
+ * benchmarks that address its regions (SS_TABLE_R_*) directly.  The
+ * proxy thread drives it: while the table is open, call only the
+ * endpoint's fixed accessors (fabric.h, "Threads").
  */
 struct ss_fabric *ss_table_fabric(struct ss_table *table);
 

@@ -10,6 +10,13 @@
  * and the replica's memory on the NIC's node.  A NIC without PCI locality
  * (soft-RoCE) or no NIC at all falls back to the first NUMA node, and the
  * plan's note says so.
+ *
+ * Threads: a topology is read-only once open, so every call that takes
+ * one may run in any number of threads at once (all the trainers pin
+ * themselves at the same moment), except ss_topo_close(), which no other
+ * call on that topology may overlap or follow.  A plan is plain data:
+ * any thread may read it; free it once.  The other functions (the
+ * request's init, ss_topo_free()) may run in any thread at once.
  */
 #ifndef SHADOWSYNC_TOPO_H
 #define SHADOWSYNC_TOPO_H
@@ -123,7 +130,8 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 void ss_plan_free(struct ss_plan **plan);
 
 /*
- * ss_topo_pin_thread() - bind the calling thread to the PU of @slot.
+ * ss_topo_pin_thread() - bind the calling thread to the PU of @slot (each
+ * thread pins itself; any number at once).
  *
  * Returns 0; SS_ETOPO when @topo is not this machine's; -errno when the
  * kernel refuses (the detail names the PU).

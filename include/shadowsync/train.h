@@ -1,9 +1,22 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * ShadowSync train layer: what the trainers need around the model.  So far:
- * the Criteo data reader, the synthetic data generator with its planted
- * teacher, and the metrics (log loss, normalized entropy, AUC,
- * calibration).
+ * ShadowSync train layer: the Criteo data reader, the dense layers and the
+ * CTR model with its optimizers, the Hogwild trainers, the metrics (log
+ * loss, normalized entropy, AUC, calibration), and the synthetic data
+ * generator with its planted teacher.
+ *
+ * Threads: a reader and a model work area are each one thread's at a
+ * time; different ones serve different threads at once.  The model's
+ * steps (ss_model_step() and its kin, ss_dense_backward_sgd()) may run in
+ * many threads at once on the same parameters, each with its own work
+ * area and buffers: they update the parameters without locks (Hogwild),
+ * and a prediction made meanwhile sees some of the updates.
+ * ss_model_init() and ss_model_init_dense() write every parameter: no
+ * other thread may use them meanwhile.  ss_train() starts and joins its
+ * own trainer threads: while it runs, other threads may read its
+ * progress (ss_train_progress_read()) and the sync's statistics.
+ * ss_blas_setup() is the exception to the rest, which may run in any
+ * thread at once: call it before any other thread starts.
  */
 #ifndef SHADOWSYNC_TRAIN_H
 #define SHADOWSYNC_TRAIN_H
@@ -292,7 +305,7 @@ struct ss_train_progress {
  * ss_train_progress_read() - a consistent-enough reading of @p (the
  * trainers add to it without locks): examples, the mean training log loss
  * and its normalized entropy (against the click rate seen so far); the
- * two are 0 before the first example.
+ * two are 0 before the first example.  Any thread, while they train.
  */
 void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 			    double *loss, double *ne);
