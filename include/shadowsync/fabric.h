@@ -110,6 +110,7 @@ struct ss_region;
  *
  * With SS_TRANSPORT_AUTO picks verbs when an RDMA port is active, else shm,
  * and logs the choice.  Returns 0; SS_EUSAGE for bad options or addresses;
+ * -EINVAL for @opts of a size this library does not know (base.h);
  * SS_ENODEVICE when verbs is asked for and no usable device is found;
  * -errno from the system, with a detail naming the call and a hint.
  */

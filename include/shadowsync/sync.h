@@ -113,8 +113,9 @@ struct ss_sync;
  * @opts->topo, every region is bound to NUMA node @opts->numa (a failure
  * to bind is logged, not fatal).
  *
- * Returns 0; -EINVAL for n == 0, @opts->synced > n or a connected fabric;
- * -ENOMEM; what ss_fabric_alloc() returns.
+ * Returns 0; -EINVAL for n == 0, @opts->synced > n, a connected fabric
+ * or @opts of a size this library does not know (base.h); -ENOMEM; what
+ * ss_fabric_alloc() returns.
  */
 int ss_sync_create(struct ss_sync **sync, struct ss_fabric *fabric, size_t n,
 		   const struct ss_sync_options *opts);

@@ -116,7 +116,9 @@ struct ss_table;
  * world, addresses, transport, job key), start the proxy thread.  The
  * layout (tables, rows, width, log size) must be the same on every rank:
  * the handshake refuses a peer whose differs.  Returns 0, SS_EUSAGE for
- * bad options, or what ss_fabric_open() and ss_fabric_connect() return.
+ * bad options, -EINVAL for either struct of a size this library does not
+ * know (base.h), or what ss_fabric_open() and ss_fabric_connect()
+ * return.
  */
 int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 		  const struct ss_fabric_options *fabric_opts);

@@ -121,7 +121,8 @@ struct ss_plan {
  * Returns 0 and a plan to release with ss_plan_free(); SS_ENOCORES when more
  * trainers are asked for than there are cores and @request->oversubscribe
  * is not set; SS_ENODEVICE when @request->device names a device the
- * topology does not have; SS_EUSAGE for a negative trainer count; -ENOMEM.
+ * topology does not have; SS_EUSAGE for a negative trainer count; -EINVAL
+ * for @request of a size this library does not know (base.h); -ENOMEM.
  */
 int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 		 struct ss_plan **plan);

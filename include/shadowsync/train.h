@@ -371,8 +371,8 @@ struct ss_train_result {
 };
 
 /*
- * ss_train_options_init() - 1 thread, batch 128, SGD at lr 0.1 (Adagrad's
- * eps 1e-8), one epoch, bad lines fail.
+ * ss_train_options_init() - 1 thread, batch 128, Adagrad at
+ * ss_optimizer_default_lr() (eps 1e-8), one epoch, bad lines fail.
  */
 #define ss_train_options_init(opts) \
 	ss_train_options_init_size((opts), sizeof(*(opts)))
@@ -381,8 +381,9 @@ void ss_train_options_init_size(struct ss_train_options *opts, size_t size);
 /*
  * ss_train() - @opts->epochs passes over this rank's part of the data by
  * @opts->threads Hogwild trainers, each on its own slice, updating
- * @params in place.  Returns 0, or the first trainer's error with its
- * detail (what, which trainer, why).
+ * @params in place.  Returns 0, SS_EUSAGE for bad options, -EINVAL for
+ * @opts of a size this library does not know (base.h), or the first
+ * trainer's error with its detail (what, which trainer, why).
  */
 int ss_train(const struct ss_model_config *config, float *params,
 	     const struct ss_train_options *opts,
@@ -446,7 +447,11 @@ struct ss_gen_options {
 	ss_gen_options_init_size((opts), sizeof(*(opts)))
 void ss_gen_options_init_size(struct ss_gen_options *opts, size_t size);
 
-/* ss_gen_cardinality() - the distinct values of feature @j (0..25). */
+/*
+ * ss_gen_cardinality() - the distinct values of feature @j (0..25).  It
+ * reads @opts in place, only shape and cardinality: fields every size of
+ * the struct has.
+ */
 uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
 
 /*
@@ -454,7 +459,8 @@ uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
  * a planted logistic teacher over the dense features, the categorical
  * values and a few of their pairwise interactions, and return the
  * teacher's own metrics on the labels drawn: its NE is the floor no model
- * can beat on that file.  Returns 0 or -errno.
+ * can beat on that file.  Returns 0 or -errno; -EINVAL for nothing to
+ * generate or @opts of a size this library does not know (base.h).
  */
 int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 		struct ss_metrics *teacher);
