@@ -11,7 +11,13 @@ O       ?= build
 # Extra compile and link flags, e.g. -fsanitize=address (used by check).
 SAN     ?=
 
-VERSION := 0.1.0
+# The version is the one include/shadowsync/shadowsync.h gives, so that the
+# two never drift.  SOVERSION changes only with an incompatible change of
+# the ABI (docs/architecture.md, "The library surface").
+VERSION := $(shell awk '$$2 ~ /^SS_VERSION_(MAJOR|MINOR|PATCH)$$/ \
+	{ v[$$2] = $$3 } END { print v["SS_VERSION_MAJOR"] "." \
+	v["SS_VERSION_MINOR"] "." v["SS_VERSION_PATCH"] }' \
+	include/shadowsync/shadowsync.h)
 SOVERSION := 0
 
 # -std, -Werror and the include paths are not left to CFLAGS: the code
@@ -77,10 +83,16 @@ $(STATIC_LIB): $(LIB_OBJS)
 	rm -f $@
 	$(AR) rcs $@ $^
 
-$(SHARED_LIB): $(LIB_OBJS)
+# Only the public functions leave the shared library, under the version
+# nodes of the map (tests/exports checks it against the headers).  The
+# command, the tests and perf link the static library, internals and all.
+LIB_MAP := src/libshadowsync.map
+
+$(SHARED_LIB): $(LIB_OBJS) $(LIB_MAP)
 	@mkdir -p $(@D)
-	$(CC) -shared -Wl,-soname,libshadowsync.so.$(SOVERSION) $(SAN) \
-		$(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+	$(CC) -shared -Wl,-soname,libshadowsync.so.$(SOVERSION) \
+		-Wl,--version-script=$(LIB_MAP) $(SAN) \
+		$(CFLAGS) $(LDFLAGS) -o $@ $(LIB_OBJS) $(SS_LIBS)
 
 $(COMMAND): $(CMD_OBJS) $(STATIC_LIB)
 	@mkdir -p $(@D)
@@ -89,6 +101,12 @@ $(COMMAND): $(CMD_OBJS) $(STATIC_LIB)
 # Tests know where the sources and the command are.
 $(O)/obj/tests/%.o: SS_CFLAGS += -DSS_SOURCE_DIR='"$(CURDIR)"' \
 	-DSS_COMMAND='"$(abspath $(COMMAND))"'
+
+# test_api loads the shared library and checks the Makefile's version.
+$(O)/obj/tests/test_api.o: SS_CFLAGS += \
+	-DSS_SHARED_LIB='"$(abspath $(SHARED_LIB))"' \
+	-DSS_MAKE_VERSION='"$(VERSION)"'
+$(O)/tests/test_api: | $(SHARED_LIB)
 
 # Helpers that tests share, linked into each; the Criterion-only ones are
 # left out of the ThreadSanitizer builds, which run without Criterion.

@@ -18,8 +18,9 @@
 /* This machine's topology and its default plan. */
 static int open_this_machine(struct ss_topo **topo, struct ss_plan **plan)
 {
-	struct ss_plan_request req = { .trainers = 0 };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
 	check(ss_topo_open(topo, NULL) == 0, "%s: %s", ss_last_error()->what,
 	      ss_last_error()->why);
 	check(ss_topo_is_this_machine(*topo), "not this machine");
@@ -85,8 +86,10 @@ SCENARIO(pin, synthetic_topology_cannot_pin)
 {
 	struct ss_topo *other = NULL;
 	struct ss_plan *plan = NULL;
-	struct ss_plan_request req = { .trainers = 1 };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.trainers = 1;
 	check(ss_topo_open(&other, "numa:1 core:2 pu:1") == 0, "open");
 	check(ss_topo_plan(other, &req, &plan) == 0, "plan");
 	check(ss_topo_pin_thread(other, &plan->slots[0]) == SS_ETOPO,

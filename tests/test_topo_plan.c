@@ -23,11 +23,13 @@ TestSuite(plan, .fini = teardown);
 static void make_plan(const char *source, int trainers, const char *device,
 		      bool oversubscribe)
 {
-	struct ss_plan_request req = { .trainers = trainers,
-				       .device = device,
-				       .oversubscribe = oversubscribe };
+	struct ss_plan_request req;
 	int rc = ss_topo_open(&topo, source);
 
+	ss_plan_request_init(&req);
+	req.trainers = trainers;
+	req.device = device;
+	req.oversubscribe = oversubscribe;
 	cr_assert_eq(rc, 0, "open %s: %s: %s", source, ss_last_error()->what,
 		     ss_last_error()->why);
 	rc = ss_topo_plan(topo, &req, &plan);
@@ -76,8 +78,10 @@ Test(plan, this_machine_shape_leaves_a_core_to_the_shadow)
  * trains, and none is marked shared. */
 Test(plan, without_a_shadow_every_core_trains)
 {
-	struct ss_plan_request req = { .no_shadow = true };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.no_shadow = true;
 	cr_assert_eq(ss_topo_open(&topo, "numa:1 core:4 pu:2"), 0);
 	cr_assert_eq(ss_topo_plan(topo, &req, &plan), 0);
 	cr_assert_eq(plan->trainers, 4);
@@ -104,8 +108,10 @@ Test(plan, as_many_trainers_as_cores_shadow_shares)
 
 Test(plan, more_trainers_than_cores_refused)
 {
-	struct ss_plan_request req = { .trainers = 3 };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.trainers = 3;
 	cr_assert_eq(ss_topo_open(&topo, "numa:1 core:2 pu:1"), 0);
 	cr_assert_eq(ss_topo_plan(topo, &req, &plan), SS_ENOCORES);
 	cr_assert_null(plan);
@@ -158,8 +164,10 @@ Test(plan, every_pu_of_a_large_machine_once)
 
 Test(plan, negative_trainers_refused)
 {
-	struct ss_plan_request req = { .trainers = -1 };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.trainers = -1;
 	cr_assert_eq(ss_topo_open(&topo, "numa:1 core:2 pu:1"), 0);
 	cr_assert_eq(ss_topo_plan(topo, &req, &plan), SS_EUSAGE);
 }
@@ -279,8 +287,10 @@ Test(plan, device_option_selects_the_nic)
 
 Test(plan, unknown_device_lists_the_known_ones)
 {
-	struct ss_plan_request req = { .device = "mlx5_9" };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.device = "mlx5_9";
 	cr_assert_eq(ss_topo_open(&topo, TOPOLOGY("four-numa-two-nics.xml")),
 		     0);
 	cr_assert_eq(ss_topo_plan(topo, &req, &plan), SS_ENODEVICE);

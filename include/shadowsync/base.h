@@ -9,6 +9,26 @@
  * failing function also records a detail message (what failed, why, and a
  * hint) for the calling thread; ss_last_error() returns it so that a
  * command can tell the user more than the code alone.
+ *
+ * Option structs (ss_fabric_options, ss_sync_options, ss_train_options,
+ * ss_table_options, ss_gen_options, ss_plan_request) can grow: each begins
+ * with a size_t size that its ss_*_init() sets, and ss_*_init() is a macro
+ * that passes sizeof(*opts) to the exported ss_*_init_size().  So a later
+ * library knows how much of the struct a program built against an earlier
+ * header has, reads only that, and gives the options it lacks their
+ * defaults; fields are only ever added at the end.  Always fill an option
+ * struct with its ss_*_init() before setting fields; a call that takes
+ * one refuses a struct whose size it does not know (never initialized, or
+ * options of a later header set) with -EINVAL and a detail naming it.
+ * Structs the library fills (statistics, results, completions) and the
+ * model's shape (ss_model_config) are fixed for a SOVERSION: growing one
+ * is an incompatible change (docs/architecture.md, "The library surface").
+ *
+ * Threads: each header says which threads may call its functions at once:
+ * a rule for its handles in its top comment, and each function whose rule
+ * differs says so.  Everything here may be called from any thread at once:
+ * the error detail is per thread, and so is the text ss_strerror() makes
+ * for an errno code; ss_log_set_tag() is the exception.
  */
 #ifndef SHADOWSYNC_BASE_H
 #define SHADOWSYNC_BASE_H
@@ -21,8 +41,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-#define SS_VERSION_STRING "0.1.0"
 
 /*
  * ShadowSync's own codes.  They start far below any errno value so that the
@@ -46,7 +64,9 @@ enum ss_status {
  * ss_strerror() - text for a status code.
  * @code: 0, a negative errno value, or an SS_E* code.
  *
- * Returns a static string; never NULL, also for unknown codes.
+ * Returns a string, never NULL, also for unknown codes: static for 0 and
+ * the SS_E* codes; for an errno or unknown code, the calling thread's own
+ * buffer, which its next ss_strerror() call may overwrite.
  */
 const char *ss_strerror(int code);
 
@@ -113,7 +133,8 @@ int ss_log_parse_level(const char *text, enum ss_log_level *level);
 
 /*
  * ss_log_set_tag() - a short tag printed on every line of this process,
- * such as "rank 3".  NULL clears it.
+ * such as "rank 3".  NULL clears it.  Threads: not while another thread
+ * logs (the tag is copied unlocked): set it before starting threads.
  */
 void ss_log_set_tag(const char *tag);
 

@@ -22,6 +22,11 @@
  *
  * Version 1 (before Adagrad's state was kept) is read too: no state, and
  * the checksum over the parameters, then header bytes 0..39.
+ *
+ * Threads: any thread, at once with the others, with two limits: one save
+ * at a time to a path (the saves share PATH.tmp), and a load fills arrays
+ * that no other thread uses meanwhile.  A save's arrays may be written by
+ * other threads while it runs (see ss_checkpoint_save()).
  */
 #ifndef SHADOWSYNC_CHECKPOINT_H
 #define SHADOWSYNC_CHECKPOINT_H

@@ -20,6 +20,20 @@
  * Regions are numbered in the order they are allocated, and the numbers
  * must mean the same on every rank: remote operations name the peer's
  * region by its number.  Every wait is bounded by the endpoint's timeout.
+ *
+ * Threads: an endpoint has no lock inside.  One thread at a time may call
+ * the functions that take it (allocation, connection, the operations,
+ * polling, progress, the peers' state, close): the thread that drives it,
+ * or threads that hand it over under a lock of their own, as the sync
+ * layer does (an endpoint given to ss_sync_create() or opened by
+ * ss_table_open() is theirs until they are destroyed).  The exceptions
+ * read what is fixed once set, from any thread at any time:
+ * ss_fabric_rank(), ss_fabric_world(), ss_fabric_transport(), and
+ * ss_region_ptr(), ss_region_len() and ss_region_index() of an allocated
+ * region.  Different endpoints are independent, each in its own thread
+ * if need be.  The functions that take no endpoint (options, names,
+ * parsers, the peer lists, ss_launcher_rank(),
+ * ss_fabric_verbs_available()) may run in any thread at once.
  */
 #ifndef SHADOWSYNC_FABRIC_H
 #define SHADOWSYNC_FABRIC_H
@@ -51,7 +65,9 @@ enum ss_access {
 	SS_ACCESS_REMOTE_ATOMIC = 1 << 2, /* 64-bit fetch-and-add */
 };
 
+/* Fill with ss_fabric_options_init() first (base.h, "Option structs"). */
 struct ss_fabric_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_transport transport;
 	int rank; /* this rank, 0 <= rank < world */
 	int world; /* number of ranks */
@@ -67,7 +83,9 @@ struct ss_fabric_options {
 };
 
 /* ss_fabric_options_init() - defaults: auto transport, gid_index -1. */
-void ss_fabric_options_init(struct ss_fabric_options *opts);
+#define ss_fabric_options_init(opts) \
+	ss_fabric_options_init_size((opts), sizeof(*(opts)))
+void ss_fabric_options_init_size(struct ss_fabric_options *opts, size_t size);
 
 /*
  * ss_transport_parse() - "auto", "verbs" or "shm".  Returns 0 or SS_EUSAGE
@@ -93,6 +111,7 @@ struct ss_region;
  *
  * With SS_TRANSPORT_AUTO picks verbs when an RDMA port is active, else shm,
  * and logs the choice.  Returns 0; SS_EUSAGE for bad options or addresses;
+ * -EINVAL for @opts of a size this library does not know (base.h);
  * SS_ENODEVICE when verbs is asked for and no usable device is found;
  * -errno from the system, with a detail naming the call and a hint.
  */

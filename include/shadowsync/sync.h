@@ -23,6 +23,22 @@
  *   ss_sync_begin()           barrier; the center and w_g start from here
  *   ss_shadow_start() ... ss_shadow_stop()   or   ss_sync_foreground()
  *   ss_sync_destroy(), ss_fabric_close()
+ *
+ * Threads: one thread drives a sync at a time, in the order above: the
+ * caller up to ss_shadow_start(), the shadow thread until ss_shadow_stop()
+ * (in the foreground mode the trainers, inside ss_sync_foreground()), the
+ * caller again after.  ss_sync_round(), ss_sync_barrier() and
+ * ss_sync_leave() hold the sync's lock on its endpoint for their whole
+ * run, so a call from another thread while the shadow thread runs waits
+ * for the round in progress and runs after it: safe, though rounds are
+ * the shadow thread's job.  While it runs, any thread may call
+ * ss_sync_params() (the trainers write the replica without locks, as
+ * Hogwild does), ss_sync_len(), ss_sync_synced_len(),
+ * ss_sync_add_iterations(), ss_sync_claim(), ss_sync_get_stats(),
+ * ss_sync_peer_left_out() and ss_sync_print_stats(), each at once with
+ * the others.  The endpoint is the sync's until ss_sync_destroy(): call
+ * only its fixed accessors (fabric.h) meanwhile.  The functions that take
+ * no sync may run in any thread at once.
  */
 #ifndef SHADOWSYNC_SYNC_H
 #define SHADOWSYNC_SYNC_H
@@ -45,7 +61,9 @@ enum ss_sync_algo {
 	SS_SYNC_GOSSIP,
 };
 
+/* Fill with ss_sync_options_init() first (base.h, "Option structs"). */
 struct ss_sync_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_sync_algo algo;
 	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
 	double eta; /* S-BMUF block momentum; < 0: 1 - 1/N */
@@ -73,7 +91,10 @@ struct ss_sync_options {
 };
 
 /* ss_sync_options_init() - the defaults above, for @algo. */
-void ss_sync_options_init(struct ss_sync_options *opts, enum ss_sync_algo algo);
+#define ss_sync_options_init(opts, algo) \
+	ss_sync_options_init_size((opts), sizeof(*(opts)), (algo))
+void ss_sync_options_init_size(struct ss_sync_options *opts, size_t size,
+			       enum ss_sync_algo algo);
 
 /* ss_sync_algo_parse() - "ma", "easgd", "bmuf", "gossip" or "none". */
 int ss_sync_algo_parse(const char *option, const char *text,
@@ -92,13 +113,17 @@ struct ss_sync;
  * @opts->topo, every region is bound to NUMA node @opts->numa (a failure
  * to bind is logged, not fatal).
  *
- * Returns 0; -EINVAL for n == 0, @opts->synced > n or a connected fabric;
- * -ENOMEM; what ss_fabric_alloc() returns.
+ * Returns 0; -EINVAL for n == 0, @opts->synced > n, a connected fabric
+ * or @opts of a size this library does not know (base.h); -ENOMEM; what
+ * ss_fabric_alloc() returns.
  */
 int ss_sync_create(struct ss_sync **sync, struct ss_fabric *fabric, size_t n,
 		   const struct ss_sync_options *opts);
 
-/* ss_sync_destroy() - stop the shadow thread if running; clear the pointer. */
+/*
+ * ss_sync_destroy() - stop the shadow thread if running; clear the
+ * pointer.  Threads: no other call on the sync may overlap it.
+ */
 void ss_sync_destroy(struct ss_sync **sync);
 
 /* ss_sync_params() - the replica: n floats, 64-byte aligned, trainers' to write. */
@@ -117,9 +142,11 @@ size_t ss_sync_synced_len(const struct ss_sync *sync);
 size_t ss_sync_registered_bytes(size_t n, int world);
 
 /*
- * ss_sync_begin() - after connecting and filling the replica: start the
- * S-EASGD center and the S-BMUF global model from the replica, then wait
- * until every rank is here (a barrier, see ss_sync_barrier).
+ * ss_sync_begin() - once, by the thread that drives the sync, before
+ * ss_shadow_start() or any claim: after connecting and filling the
+ * replica, start the S-EASGD center and the S-BMUF global model from the
+ * replica, then wait until every rank is here (a barrier, see
+ * ss_sync_barrier).
  *
  * When a peer has begun already (this process is a restarted rank, or a
  * late one) it joins instead: it asks the running ranks to let it in,
@@ -167,15 +194,18 @@ int ss_sync_leave(struct ss_sync *sync);
  * hold the same exact average), a last barrier, and ss_sync_leave().  A
  * rank that does not come within the barrier's wait (it has far more
  * data left) is not waited for again: it goes on alone and finishes the
- * same way; *@missing says how many (may be NULL).  Returns 0, or the
- * round's error.
+ * same way; *@missing says how many (may be NULL).  Returns 0, -EBUSY
+ * while the shadow thread runs, or the round's error.
  */
 int ss_sync_finish(struct ss_sync *sync, int *missing);
 
 /*
  * ss_shadow_start() - start the shadow thread, pinned to @slot when it is
  * not NULL (and @topo is this machine's).  It runs rounds for as long as it
- * runs, as often as it can within the caps of the options.
+ * runs, as often as it can within the caps of the options.  Returns 0,
+ * -EBUSY when it runs already, or the -errno of pthread_create().
+ * Threads: ss_shadow_start() and ss_shadow_stop() from the thread that
+ * owns the sync, never both at once.
  */
 int ss_shadow_start(struct ss_sync *sync, struct ss_topo *topo,
 		    const struct ss_plan_slot *slot);
@@ -185,22 +215,25 @@ int ss_shadow_stop(struct ss_sync *sync);
 
 /*
  * ss_sync_set_trainers() - how many trainer threads call
- * ss_sync_foreground(); before the first call.
+ * ss_sync_foreground(); once, before the trainers start.  Returns 0, or
+ * -EINVAL for fewer than 1 or a second call.
  */
 int ss_sync_set_trainers(struct ss_sync *sync, int trainers);
 
 /*
  * ss_sync_foreground() - the foreground baseline: every trainer calls it
- * every k iterations; all wait at a barrier while one of them runs the same
- * round as the shadow thread would.  Returns the round's status, or
- * -ETIMEDOUT when the other trainers did not come within 4 x the round
- * timeout + 5 s.
+ * every k iterations, each from its own thread, all at once; all wait at
+ * a barrier while one of them runs the same round as the shadow thread
+ * would.  Returns the round's status, -EINVAL before
+ * ss_sync_set_trainers(), or -ETIMEDOUT when the other trainers did not
+ * come within 4 x the round timeout + 5 s.
  */
 int ss_sync_foreground(struct ss_sync *sync);
 
 /*
  * ss_sync_foreground_leave() - a trainer that stops (its data is done)
- * leaves the foreground barrier, so the others do not wait for it.
+ * leaves the foreground barrier, so the others do not wait for it.  From
+ * that trainer's thread, at any time.
  */
 void ss_sync_foreground_leave(struct ss_sync *sync);
 

@@ -15,7 +15,12 @@
  * peer, no lock on the data path: each client talks to it through rings
  * of its own), and applies the gradients that come in.  Client @c's calls
  * (lookup, wait, push) come from one thread at a time; different clients
- * may call at the same time.
+ * may call at the same time.  So may any thread call ss_table_flush(),
+ * ss_table_stats(), ss_table_pause_applier(), ss_table_owner() and
+ * ss_table_row(); ss_table_barrier() one thread at a time;
+ * ss_table_open() and ss_table_close() the thread that owns the table,
+ * with no other call overlapping the close.  The functions that take no
+ * table may run in any thread at once.
  *
  * A lookup is posted (ss_table_lookup) and waited for later
  * (ss_table_wait): a trainer posts the rows of its next batches while it
@@ -45,7 +50,9 @@ enum ss_table_update {
 	SS_TABLE_ADAGRAD, /* acc += g^2; row -= lr * g / (sqrt(acc) + eps) */
 };
 
+/* Fill with ss_table_options_init() first (base.h, "Option structs"). */
 struct ss_table_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int tables; /* logical tables */
 	uint32_t rows; /* rows in each */
 	int width; /* floats in a row */
@@ -79,7 +86,9 @@ struct ss_table_options {
  * 1 client, 4096 rows a lookup, depth 2, logs of 16384 entries, a cache
  * of 65536 rows per client, 5 s.
  */
-void ss_table_options_init(struct ss_table_options *opts);
+#define ss_table_options_init(opts) \
+	ss_table_options_init_size((opts), sizeof(*(opts)))
+void ss_table_options_init_size(struct ss_table_options *opts, size_t size);
 
 /*
  * ss_table_init_row() - the starting values of row @row of table @table:
@@ -110,7 +119,9 @@ struct ss_table;
  * world, addresses, transport, job key), start the proxy thread.  The
  * layout (tables, rows, width, log size) must be the same on every rank:
  * the handshake refuses a peer whose differs.  Returns 0, SS_EUSAGE for
- * bad options, or what ss_fabric_open() and ss_fabric_connect() return.
+ * bad options, -EINVAL for either struct of a size this library does not
+ * know (base.h), or what ss_fabric_open() and ss_fabric_connect()
+ * return.
  */
 int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 		  const struct ss_fabric_options *fabric_opts);
@@ -187,8 +198,9 @@ int ss_table_flush(struct ss_table *table, unsigned timeout_ms);
 /*
  * ss_table_barrier() - wait until every live peer has called it as often
  * as we have, at most @timeout_ms: a rank's shard must outlive the
- * others' last lookups (their evaluation), so ranks close together.
- * Returns 0, or -ETIMEDOUT naming a peer that did not come.
+ * others' last lookups (their evaluation), so ranks close together.  One
+ * thread of the rank at a time.  Returns 0, or -ETIMEDOUT naming a peer
+ * that did not come.
  */
 int ss_table_barrier(struct ss_table *table, unsigned timeout_ms);
 
@@ -219,7 +231,9 @@ void ss_table_stats(struct ss_table *table, struct ss_table_stats *stats);
 
 /*
  * ss_table_fabric() - the endpoint the layer uses: for tests and
- * benchmarks that address its regions (SS_TABLE_R_*) directly.
+ * benchmarks that address its regions (SS_TABLE_R_*) directly.  The
+ * proxy thread drives it: while the table is open, call only the
+ * endpoint's fixed accessors (fabric.h, "Threads").
  */
 struct ss_fabric *ss_table_fabric(struct ss_table *table);
 

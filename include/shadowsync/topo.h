@@ -10,6 +10,13 @@
  * and the replica's memory on the NIC's node.  A NIC without PCI locality
  * (soft-RoCE) or no NIC at all falls back to the first NUMA node, and the
  * plan's note says so.
+ *
+ * Threads: a topology is read-only once open, so every call that takes
+ * one may run in any number of threads at once (all the trainers pin
+ * themselves at the same moment), except ss_topo_close(), which no other
+ * call on that topology may overlap or follow.  A plan is plain data:
+ * any thread may read it; free it once.  The other functions (the
+ * request's init, ss_topo_free()) may run in any thread at once.
  */
 #ifndef SHADOWSYNC_TOPO_H
 #define SHADOWSYNC_TOPO_H
@@ -71,8 +78,12 @@ struct ss_plan_slot {
 	bool shares_core; /* another thread of the plan runs on this core */
 };
 
-/* What to plan for. */
+/*
+ * What to plan for.  Fill with ss_plan_request_init() first (base.h,
+ * "Option structs").
+ */
 struct ss_plan_request {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int trainers; /* trainer threads; 0 = one per core but the shadow's
 		       * (one per core with no_shadow) */
 	const char *device; /* RDMA device; NULL = the first one found */
@@ -81,6 +92,14 @@ struct ss_plan_request {
 	 * kept for one, and slots[0] is unused */
 	bool no_shadow;
 };
+
+/*
+ * ss_plan_request_init() - the defaults: a shadow thread, one trainer per
+ * core but the shadow's, the first RDMA device, no oversubscription.
+ */
+#define ss_plan_request_init(request) \
+	ss_plan_request_init_size((request), sizeof(*(request)))
+void ss_plan_request_init_size(struct ss_plan_request *request, size_t size);
 
 /* The placement plan.  slots[0] is the shadow thread, then the trainers. */
 struct ss_plan {
@@ -102,7 +121,8 @@ struct ss_plan {
  * Returns 0 and a plan to release with ss_plan_free(); SS_ENOCORES when more
  * trainers are asked for than there are cores and @request->oversubscribe
  * is not set; SS_ENODEVICE when @request->device names a device the
- * topology does not have; SS_EUSAGE for a negative trainer count; -ENOMEM.
+ * topology does not have; SS_EUSAGE for a negative trainer count; -EINVAL
+ * for @request of a size this library does not know (base.h); -ENOMEM.
  */
 int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 		 struct ss_plan **plan);
@@ -111,7 +131,8 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 void ss_plan_free(struct ss_plan **plan);
 
 /*
- * ss_topo_pin_thread() - bind the calling thread to the PU of @slot.
+ * ss_topo_pin_thread() - bind the calling thread to the PU of @slot (each
+ * thread pins itself; any number at once).
  *
  * Returns 0; SS_ETOPO when @topo is not this machine's; -errno when the
  * kernel refuses (the detail names the PU).

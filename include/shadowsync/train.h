@@ -1,9 +1,22 @@
 /* SPDX-License-Identifier: BSD-2-Clause */
 /*
- * ShadowSync train layer: what the trainers need around the model.  So far:
- * the Criteo data reader, the synthetic data generator with its planted
- * teacher, and the metrics (log loss, normalized entropy, AUC,
- * calibration).
+ * ShadowSync train layer: the Criteo data reader, the dense layers and the
+ * CTR model with its optimizers, the Hogwild trainers, the metrics (log
+ * loss, normalized entropy, AUC, calibration), and the synthetic data
+ * generator with its planted teacher.
+ *
+ * Threads: a reader and a model work area are each one thread's at a
+ * time; different ones serve different threads at once.  The model's
+ * steps (ss_model_step() and its kin, ss_dense_backward_sgd()) may run in
+ * many threads at once on the same parameters, each with its own work
+ * area and buffers: they update the parameters without locks (Hogwild),
+ * and a prediction made meanwhile sees some of the updates.
+ * ss_model_init() and ss_model_init_dense() write every parameter: no
+ * other thread may use them meanwhile.  ss_train() starts and joins its
+ * own trainer threads: while it runs, other threads may read its
+ * progress (ss_train_progress_read()) and the sync's statistics.
+ * ss_blas_setup() is the exception to the rest, which may run in any
+ * thread at once: call it before any other thread starts.
  */
 #ifndef SHADOWSYNC_TRAIN_H
 #define SHADOWSYNC_TRAIN_H
@@ -292,15 +305,19 @@ struct ss_train_progress {
  * ss_train_progress_read() - a consistent-enough reading of @p (the
  * trainers add to it without locks): examples, the mean training log loss
  * and its normalized entropy (against the click rate seen so far); the
- * two are 0 before the first example.
+ * two are 0 before the first example.  Any thread, while they train.
  */
 void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 			    double *loss, double *ne);
 
 #define SS_TRAIN_MAX_PREFETCH 8
 
-/* How to train one rank. */
+/*
+ * How to train one rank.  Fill with ss_train_options_init() first (base.h,
+ * "Option structs").
+ */
 struct ss_train_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	int threads; /* Hogwild trainer threads */
 	const char *data; /* Criteo-format file */
 	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
@@ -354,16 +371,19 @@ struct ss_train_result {
 };
 
 /*
- * ss_train_options_init() - 1 thread, batch 128, SGD at lr 0.1 (Adagrad's
- * eps 1e-8), one epoch, bad lines fail.
+ * ss_train_options_init() - 1 thread, batch 128, Adagrad at
+ * ss_optimizer_default_lr() (eps 1e-8), one epoch, bad lines fail.
  */
-void ss_train_options_init(struct ss_train_options *opts);
+#define ss_train_options_init(opts) \
+	ss_train_options_init_size((opts), sizeof(*(opts)))
+void ss_train_options_init_size(struct ss_train_options *opts, size_t size);
 
 /*
  * ss_train() - @opts->epochs passes over this rank's part of the data by
  * @opts->threads Hogwild trainers, each on its own slice, updating
- * @params in place.  Returns 0, or the first trainer's error with its
- * detail (what, which trainer, why).
+ * @params in place.  Returns 0, SS_EUSAGE for bad options, -EINVAL for
+ * @opts of a size this library does not know (base.h), or the first
+ * trainer's error with its detail (what, which trainer, why).
  */
 int ss_train(const struct ss_model_config *config, float *params,
 	     const struct ss_train_options *opts,
@@ -404,7 +424,9 @@ enum ss_gen_shape {
 	SS_GEN_CRITEO, /* Criteo Kaggle's counts: 3 to 10 million, 34 M in all */
 };
 
+/* Fill with ss_gen_options_init() first (base.h, "Option structs"). */
 struct ss_gen_options {
+	size_t size; /* sizeof the caller's struct, set by the init */
 	uint64_t examples;
 	uint64_t seed;
 	double ctr; /* the click rate to aim for */
@@ -421,9 +443,15 @@ struct ss_gen_options {
  * values per feature (uniform shape), value weights 0.35, interactions
  * 0.05.
  */
-void ss_gen_options_init(struct ss_gen_options *opts);
+#define ss_gen_options_init(opts) \
+	ss_gen_options_init_size((opts), sizeof(*(opts)))
+void ss_gen_options_init_size(struct ss_gen_options *opts, size_t size);
 
-/* ss_gen_cardinality() - the distinct values of feature @j (0..25). */
+/*
+ * ss_gen_cardinality() - the distinct values of feature @j (0..25).  It
+ * reads @opts in place, only shape and cardinality: fields every size of
+ * the struct has.
+ */
 uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
 
 /*
@@ -431,7 +459,8 @@ uint32_t ss_gen_cardinality(const struct ss_gen_options *opts, int j);
  * a planted logistic teacher over the dense features, the categorical
  * values and a few of their pairwise interactions, and return the
  * teacher's own metrics on the labels drawn: its NE is the floor no model
- * can beat on that file.  Returns 0 or -errno.
+ * can beat on that file.  Returns 0 or -errno; -EINVAL for nothing to
+ * generate or @opts of a size this library does not know (base.h).
  */
 int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 		struct ss_metrics *teacher);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/options.h"
 #include "fabric_internal.h"
 
 /* How long a wait for completions spins before it starts to sleep. */
@@ -35,11 +36,13 @@
 static const char *const ss_transport_names[] = { "auto", "verbs", "shm",
 						  NULL };
 
-void ss_fabric_options_init(struct ss_fabric_options *opts)
+void ss_fabric_options_init_size(struct ss_fabric_options *opts, size_t size)
 {
-	memset(opts, 0, sizeof(*opts));
-	opts->transport = SS_TRANSPORT_AUTO;
-	opts->gid_index = -1;
+	struct ss_fabric_options o = { .size = sizeof(o),
+				       .transport = SS_TRANSPORT_AUTO,
+				       .gid_index = -1 };
+
+	ss__options_out(opts, size, &o, sizeof(o));
 }
 
 int ss_transport_parse(const char *option, const char *text,
@@ -137,13 +140,20 @@ static int ss_fabric_check_options(const struct ss_fabric_options *o)
 	return 0;
 }
 
-int ss_fabric_open(struct ss_fabric **out, const struct ss_fabric_options *opts)
+int ss_fabric_open(struct ss_fabric **out,
+		   const struct ss_fabric_options *given)
 {
+	struct ss_fabric_options copy;
+	const struct ss_fabric_options *opts = &copy;
 	struct ss_fabric *f;
 	int rc;
 
 	*out = NULL;
-	rc = ss_fabric_check_options(opts);
+	ss_fabric_options_init(&copy);
+	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+			    "ss_fabric_options");
+	if (rc == 0)
+		rc = ss_fabric_check_options(opts);
 	if (rc < 0)
 		return rc;
 	f = calloc(1, sizeof(*f));

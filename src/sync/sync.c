@@ -11,17 +11,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "sync_internal.h"
 
 static const char *const ss_algo_names[] = { "none", "ma",     "easgd",
 					     "bmuf", "gossip", NULL };
 
-void ss_sync_options_init(struct ss_sync_options *o, enum ss_sync_algo algo)
+void ss_sync_options_init_size(struct ss_sync_options *opts, size_t size,
+			       enum ss_sync_algo algo)
 {
-	memset(o, 0, sizeof(*o));
-	o->algo = algo;
-	o->eta = -1;
-	o->nesterov = true;
+	struct ss_sync_options o = {
+		.size = sizeof(o), .algo = algo, .eta = -1, .nesterov = true
+	};
+
+	ss__options_out(opts, size, &o, sizeof(o));
 }
 
 int ss_sync_algo_parse(const char *option, const char *text,
@@ -241,12 +244,19 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 }
 
 int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
-		   const struct ss_sync_options *opts)
+		   const struct ss_sync_options *given)
 {
+	struct ss_sync_options copy;
+	const struct ss_sync_options *opts = &copy;
 	struct ss_sync *s;
 	int rc;
 
 	*out = NULL;
+	ss_sync_options_init(&copy, SS_SYNC_NONE);
+	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+			    "ss_sync_options");
+	if (rc < 0)
+		return rc;
 	if (n == 0)
 		return ss_error_set(-EINVAL, "no parameters", NULL,
 				    "replica of 0 floats");

@@ -17,24 +17,29 @@
 #include <string.h>
 
 #include "base/mix.h"
+#include "base/options.h"
 #include "table_internal.h"
 
-void ss_table_options_init(struct ss_table_options *o)
+void ss_table_options_init_size(struct ss_table_options *opts, size_t size)
 {
-	memset(o, 0, sizeof(*o));
-	o->tables = 1;
-	o->rows = 1000;
-	o->width = 16;
-	o->update = SS_TABLE_SGD;
-	o->lr = 0.1f;
-	o->eps = 1e-8f;
-	o->seed = 1;
-	o->clients = 1;
-	o->max_rows = 4096;
-	o->depth = 2;
-	o->log_entries = 16384;
-	o->cache_rows = 65536;
-	o->timeout_ms = 5000;
+	struct ss_table_options o = {
+		.size = sizeof(o),
+		.tables = 1,
+		.rows = 1000,
+		.width = 16,
+		.update = SS_TABLE_SGD,
+		.lr = 0.1f,
+		.eps = 1e-8f,
+		.seed = 1,
+		.clients = 1,
+		.max_rows = 4096,
+		.depth = 2,
+		.log_entries = 16384,
+		.cache_rows = 65536,
+		.timeout_ms = 5000,
+	};
+
+	ss__options_out(opts, size, &o, sizeof(o));
 }
 
 void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
@@ -338,15 +343,25 @@ static void ss_table_idle_init(struct ss_table *tb)
 	tb->idle_ready = true;
 }
 
-int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
+int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 		  const struct ss_fabric_options *fabric_opts)
 {
-	struct ss_fabric_options fo = *fabric_opts;
+	struct ss_table_options copy;
+	const struct ss_table_options *opts = &copy;
+	struct ss_fabric_options fo;
 	struct ss_table *tb;
 	int rc;
 
 	*table = NULL;
-	rc = ss_table_check(opts);
+	ss_table_options_init(&copy);
+	ss_fabric_options_init(&fo);
+	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+			    "ss_table_options");
+	if (rc == 0)
+		rc = ss__options_in(&fo, sizeof(fo), fabric_opts, sizeof(fo),
+				    "ss_fabric_options");
+	if (rc == 0)
+		rc = ss_table_check(opts);
 	if (rc)
 		return rc;
 	tb = calloc(1, sizeof(*tb));

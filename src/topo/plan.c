@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/options.h"
 #include "topo_internal.h"
 
 /* A core, or a PU where the topology has no cores, with its NUMA node. */
@@ -290,9 +291,18 @@ static void ss_plan_note(struct ss_plan *plan, const struct ss__nic *nic)
 			 nic->why, plan->replica_numa);
 }
 
-int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
+void ss_plan_request_init_size(struct ss_plan_request *request, size_t size)
+{
+	struct ss_plan_request r = { .size = sizeof(r) };
+
+	ss__options_out(request, size, &r, sizeof(r));
+}
+
+int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *given,
 		 struct ss_plan **out)
 {
+	struct ss_plan_request copy;
+	const struct ss_plan_request *request = &copy;
 	struct ss_node *nodes = NULL;
 	struct ss_core *cores = NULL;
 	struct ss_plan *plan = NULL;
@@ -302,6 +312,11 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *request,
 	int n_nodes = 0, n_cores = 0, n_types, trainers, shadow_core = 0, rc;
 
 	*out = NULL;
+	ss_plan_request_init(&copy);
+	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+			    "ss_plan_request");
+	if (rc < 0)
+		return rc;
 	if (request->trainers < 0)
 		return ss_error_set(SS_EUSAGE, "must not be negative",
 				    "give 0 for one per free core",

@@ -11,14 +11,17 @@
 #include <stdlib.h>
 
 #include "base/mix.h"
+#include "base/options.h"
 #include "shadowsync/train.h"
 #include "train/zipf.h"
 
 #define SS_GEN_DIM 4 /* teacher embedding size for the interactions */
 #define SS_GEN_PAIRS 6
 
-void ss_gen_options_init(struct ss_gen_options *o)
+void ss_gen_options_init_size(struct ss_gen_options *opts, size_t size)
 {
+	struct ss_gen_options o = { .size = sizeof(o) };
+
 	/*
 	 * A data set a student can learn to within 2% of the floor in one
 	 * pass with Adagrad (docs/perf.md): few enough values that each is
@@ -27,15 +30,16 @@ void ss_gen_options_init(struct ss_gen_options *o)
 	 * student ends 3% above the floor, at 0.2 13%).  With half the
 	 * examples two Hogwild trainers end 1.4% to 2.1% above it.
 	 */
-	o->examples = 1000000;
-	o->seed = 1;
-	o->ctr = 0.25;
-	o->zipf = 1.1;
-	o->cardinality = 30;
-	o->shape = SS_GEN_UNIFORM;
-	o->stream = 0;
-	o->value_scale = 0.35;
-	o->pair_scale = 0.05;
+	o.examples = 1000000;
+	o.seed = 1;
+	o.ctr = 0.25;
+	o.zipf = 1.1;
+	o.cardinality = 30;
+	o.shape = SS_GEN_UNIFORM;
+	o.stream = 0;
+	o.value_scale = 0.35;
+	o.pair_scale = 0.05;
+	ss__options_out(opts, size, &o, sizeof(o));
 }
 
 /* The teacher's parameters are functions of (seed, what, field, value). */
@@ -163,17 +167,25 @@ static void ss_write_example(FILE *out, int label, const long *ints,
 	fputc('\n', out);
 }
 
-int ss_gen_data(FILE *out, const struct ss_gen_options *o,
+int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 		struct ss_metrics *teacher)
 {
-	struct ss_teacher t = { .seed = ss__mix64(o->seed),
-				.value_scale = o->value_scale,
-				.pair_scale = o->pair_scale };
+	struct ss_gen_options copy;
+	const struct ss_gen_options *o = &copy;
+	struct ss_teacher t = { 0 };
 	float *p, *y;
 	uint64_t rng;
 	double bias;
-	int rc = 0;
+	int rc;
 
+	ss_gen_options_init(&copy);
+	rc = ss__options_in(&copy, sizeof(copy), opts, sizeof(copy),
+			    "ss_gen_options");
+	if (rc < 0)
+		return rc;
+	t.seed = ss__mix64(o->seed);
+	t.value_scale = o->value_scale;
+	t.pair_scale = o->pair_scale;
 	if (!o->cardinality || !o->examples)
 		return ss_error_set(-EINVAL, "nothing to generate", NULL,
 				    "%llu examples of cardinality %u",

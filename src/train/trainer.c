@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/options.h"
 #include "shadowsync/shadowsync.h"
 
 struct ss_trainer {
@@ -285,21 +286,44 @@ static void *ss_trainer_main(void *arg)
 	return NULL;
 }
 
-void ss_train_options_init(struct ss_train_options *o)
+void ss_train_options_init_size(struct ss_train_options *opts, size_t size)
 {
-	memset(o, 0, sizeof(*o));
-	o->threads = 1;
-	o->batch = 128;
-	/* the best of a sweep on Criteo-shaped data (docs/perf.md) */
-	o->optimizer = SS_OPT_ADAGRAD;
-	o->lr = ss_optimizer_default_lr(o->optimizer);
-	o->adagrad_eps = 1e-8f;
-	o->epochs = 1;
-	o->bad_lines = SS_BAD_LINES_FAIL;
+	struct ss_train_options o = {
+		.size = sizeof(o),
+		.threads = 1,
+		.batch = 128,
+		/* the best of a sweep on Criteo-shaped data (docs/perf.md) */
+		.optimizer = SS_OPT_ADAGRAD,
+		.lr = ss_optimizer_default_lr(SS_OPT_ADAGRAD),
+		.adagrad_eps = 1e-8f,
+		.epochs = 1,
+		.bad_lines = SS_BAD_LINES_FAIL,
+	};
+
+	ss__options_out(opts, size, &o, sizeof(o));
 }
 
+static int ss_train_run(const struct ss_model_config *config, float *params,
+			const struct ss_train_options *o,
+			struct ss_train_result *result);
+
 int ss_train(const struct ss_model_config *config, float *params,
-	     const struct ss_train_options *o, struct ss_train_result *result)
+	     const struct ss_train_options *opts,
+	     struct ss_train_result *result)
+{
+	struct ss_train_options copy; /* the trainers point at it */
+	int rc;
+
+	memset(result, 0, sizeof(*result));
+	ss_train_options_init(&copy);
+	rc = ss__options_in(&copy, sizeof(copy), opts, sizeof(copy),
+			    "ss_train_options");
+	return rc < 0 ? rc : ss_train_run(config, params, &copy, result);
+}
+
+static int ss_train_run(const struct ss_model_config *config, float *params,
+			const struct ss_train_options *o,
+			struct ss_train_result *result)
 {
 	struct ss_trainer *t;
 	pthread_t *threads;
@@ -315,7 +339,6 @@ int ss_train(const struct ss_model_config *config, float *params,
 	bool own_acc = false;
 	int rc = 0, started = 0;
 
-	memset(result, 0, sizeof(*result));
 	if (o->threads < 1 || o->batch < 1 || o->epochs < 1)
 		return ss_error_set(SS_EUSAGE, "must be at least 1", NULL,
 				    "%d trainer threads, batch %d, %d epochs",

@@ -281,8 +281,11 @@ static void ss_doctor_locality(struct ss_doctor *d, const char *dev)
 {
 	struct ss_topo *topo = NULL;
 	struct ss_plan *plan = NULL;
-	struct ss_plan_request req = { .device = dev, .oversubscribe = true };
+	struct ss_plan_request req;
 
+	ss_plan_request_init(&req);
+	req.device = dev;
+	req.oversubscribe = true;
 	if (ss_topo_open(&topo, NULL) == 0 &&
 	    ss_topo_plan(topo, &req, &plan) == 0) {
 		printf("  %s locality: %s; replica on NUMA node %d\n", dev,

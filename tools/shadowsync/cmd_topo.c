@@ -117,7 +117,7 @@ int ss_cmd_topo(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct ss_plan_request request = { .device = getenv("SS_DEVICE") };
+	struct ss_plan_request request;
 	struct ss_topo_summary summary;
 	struct ss_topo *topo = NULL;
 	struct ss_plan *plan = NULL;
@@ -126,6 +126,8 @@ int ss_cmd_topo(int argc, char **argv)
 	long trainers;
 	int opt, rc;
 
+	ss_plan_request_init(&request);
+	request.device = getenv("SS_DEVICE");
 	while ((opt = getopt_long(argc, argv, "t:d:T:ojvh", options, NULL)) !=
 	       -1) {
 		switch (opt) {

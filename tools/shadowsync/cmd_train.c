@@ -21,7 +21,7 @@ int ss_cmd_train(int argc, char **argv)
 	struct ss_train_cmd c = { 0 };
 	struct ss_topo *topo = NULL;
 	struct ss_plan *plan = NULL;
-	struct ss_plan_request req = { 0 };
+	struct ss_plan_request req;
 	struct ss_fabric *fabric = NULL;
 	struct ss_sync *sync = NULL;
 	struct ss_train_result res = { 0 };
@@ -64,6 +64,7 @@ int ss_cmd_train(int argc, char **argv)
 					      ss_model_len(&c.model);
 
 	/* Where the threads go. */
+	ss_plan_request_init(&req);
 	req.trainers = (int)c.threads;
 	req.device = c.fabric.device;
 	req.oversubscribe = c.oversubscribe;

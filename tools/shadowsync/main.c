@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "command.h"
-#include "shadowsync/base.h"
+#include "shadowsync/shadowsync.h"
 
 static const struct {
 	const char *name;
