@@ -242,4 +242,5 @@ help:
 	@echo "variables: CC CFLAGS PREFIX DESTDIR O"
 
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
-	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d)
+	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d) \
+	$(TEST_HELPERS:%=$(O)/obj/tests/%.d) $(CRITERION_HELPERS:%=$(O)/obj/tests/%.d)
