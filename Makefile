@@ -57,6 +57,10 @@ CLUSTER2_TESTS := tests/cluster/fabric
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
 	tests/cluster/rank-restarts
 
+# 2-rank jobs under the real launchers: Open MPI's mpirun, and srun on a
+# one-node Slurm the script starts itself (root; skipped otherwise)
+LAUNCHER_TESTS := tests/launchers/mpirun tests/launchers/srun
+
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
@@ -157,6 +161,8 @@ check: deps
 test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
+	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run \
+		--label launchers --scripts $(LAUNCHER_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)

@@ -2,6 +2,7 @@
 /* The placement plan on synthetic and XML topologies of other machines. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -349,9 +350,25 @@ Test(plan, missing_xml_file)
 	assert_bad_source("/nonexistent/machine.xml", "No such file");
 }
 
-Test(plan, broken_xml_file)
+/*
+ * hwloc's own XML parser refuses a bad file at load, the libxml2 one
+ * (libhwloc-plugins) already when it is given: the error is the same.
+ * Where the plugin is missing hwloc falls back to its own parser.
+ */
+Test(plan, broken_xml_file_own_parser)
 {
-	assert_bad_source(TOPOLOGY("broken.xml"), "hwloc could not load it");
+	cr_assert_eq(setenv("HWLOC_LIBXML_IMPORT", "0", 1), 0);
+	assert_bad_source(TOPOLOGY("broken.xml"),
+			  "not a readable hwloc XML file");
+	cr_assert(strstr(ss_last_error()->hint, "HWLOC_XML_VERBOSE=1"), "%s",
+		  ss_last_error()->hint);
+}
+
+Test(plan, broken_xml_file_libxml2_where_installed)
+{
+	cr_assert_eq(setenv("HWLOC_LIBXML_IMPORT", "1", 1), 0);
+	assert_bad_source(TOPOLOGY("broken.xml"),
+			  "not a readable hwloc XML file");
 }
 
 Test(plan, directory_is_not_a_topology)

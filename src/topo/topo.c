@@ -10,6 +10,16 @@
 static const char ss_topo_hint[] =
 	"give a synthetic description such as 'package:2 core:16 pu:2', or an XML file written by `lstopo --of xml FILE`";
 
+/*
+ * hwloc reads XML with its own small parser, or with libxml2 where its
+ * plugin is installed (libhwloc-plugins); the first refuses a bad file at
+ * load, the second already at hwloc_topology_set_xml.  Both give this
+ * error, and the hint says how to see the parser's own message.
+ */
+static const char ss_topo_xml_why[] = "not a readable hwloc XML file";
+static const char ss_topo_xml_hint[] =
+	"HWLOC_XML_VERBOSE=1 prints the XML parser's message; give an XML file written by `lstopo --of xml FILE`, or a synthetic description such as 'package:2 core:16 pu:2'";
+
 /* A source names a file when it ends in .xml or when such a file exists. */
 static bool ss_topo_source_is_file(const char *source)
 {
@@ -39,8 +49,9 @@ static int ss_topo_set_source(struct ss_topo *topo, const char *source)
 		return ss_error_set(SS_ETOPO, "not a regular file",
 				    ss_topo_hint, "topology file '%s'", source);
 	if (hwloc_topology_set_xml(topo->hw, source) < 0)
-		return ss_error_set(SS_ETOPO, "not a readable hwloc XML file",
-				    ss_topo_hint, "topology file '%s'", source);
+		return ss_error_set(SS_ETOPO, ss_topo_xml_why, ss_topo_xml_hint,
+				    "topology file '%s'", source);
+	topo->xml = true;
 	return 0;
 }
 
@@ -106,11 +117,16 @@ int ss_topo_open(struct ss_topo **out, const char *source)
 	hwloc_topology_set_io_types_filter(topo->hw,
 					   HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
 	if (hwloc_topology_load(topo->hw) < 0) {
-		rc = ss_error_set(SS_ETOPO,
-				  source && *source ?
-					  "hwloc could not load it" :
-					  strerror(errno),
-				  ss_topo_hint, "topology '%s'", topo->source);
+		if (topo->xml)
+			rc = ss_error_set(SS_ETOPO, ss_topo_xml_why,
+					  ss_topo_xml_hint,
+					  "topology file '%s'", topo->source);
+		else
+			rc = ss_error_set(
+				SS_ETOPO,
+				source && *source ? "hwloc could not load it" :
+						    strerror(errno),
+				ss_topo_hint, "topology '%s'", topo->source);
 		goto err_hw;
 	}
 	topo->this_machine = hwloc_topology_is_thissystem(topo->hw);

@@ -10,6 +10,7 @@
 struct ss_topo {
 	hwloc_topology_t hw;
 	bool this_machine;
+	bool xml; /* the source is an XML file */
 	char source[256]; /* "this machine", or the synthetic text or file */
 };
 
