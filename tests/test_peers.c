@@ -117,6 +117,60 @@ Test(peers, host_files)
 		     -ENOENT);
 }
 
+/*
+ * issue 15, defect 7: a line longer than the reader's 512-byte buffer was
+ * cut in two, the host given the default port and the tail ("...:7100")
+ * taken as another host.
+ */
+Test(peers, long_host_file_lines)
+{
+	char host[256], text[1200], want[300];
+	const char *path;
+	char **addrs;
+	int n;
+
+	/* the longest host name, its port kept, and a long comment */
+	memset(host, 'h', 255);
+	host[255] = '\0';
+	snprintf(text, sizeof(text), "%s:7100   # %0600d\nnode2\n", host, 0);
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), 0, "%s",
+		     ss_last_error()->why);
+	cr_assert_eq(n, 2);
+	snprintf(want, sizeof(want), "%s:7100", host);
+	cr_assert_str_eq(addrs[0], want);
+	cr_assert_str_eq(addrs[1], "node2:7000");
+	ss_strings_free(&addrs, n);
+	unlink(path);
+
+	/* a longer one is refused, naming the line */
+	snprintf(text, sizeof(text),
+		 "node1\n%sxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:7100\n", host);
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert_null(addrs);
+	cr_assert(strstr(ss_last_error()->what, ":2: a host name of 285 "),
+		  "%s", ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "too long"), "%s",
+		  ss_last_error()->why);
+	unlink(path);
+
+	/* a binary file is not read as host names */
+	path = write_tmp("node1\n");
+	{
+		FILE *f = fopen(path, "a");
+
+		fwrite("no\0de\n", 1, 6, f);
+		fclose(f);
+	}
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "NUL"), "%s",
+		  ss_last_error()->why);
+	unlink(path);
+}
+
 static void clear_launchers(void)
 {
 	static const char *const vars[] = {

@@ -7,6 +7,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,10 +148,57 @@ int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n)
 	return rc;
 }
 
+/* The longest host name a host file may give (a DNS name is at most 253). */
+#define SS_HOST_MAX 255
+
+/* One line of a host file, comments and blanks stripped, into @addrs. */
+static int ss_hostfile_line(const char *path, int lineno, char *s, int port,
+			    char ***addrs, int *n, int *cap)
+{
+	const char *colon;
+	char *e, *addr;
+	size_t host;
+	int rc;
+
+	if (strchr(s, '#'))
+		*strchr(s, '#') = '\0';
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	if (!*s)
+		return 0;
+	if (strpbrk(s, " \t"))
+		return ss_error_set(SS_EUSAGE, "one host[:port] per line", NULL,
+				    "%s:%d: '%s'", path, lineno, s);
+	colon = strrchr(s, ':');
+	host = colon ? (size_t)(colon - s) : strlen(s);
+	if (host > SS_HOST_MAX)
+		return ss_error_set(SS_EUSAGE, "the host name is too long",
+				    "host names are at most 255 characters",
+				    "%s:%d: a host name of %zu characters "
+				    "('%.24s...')",
+				    path, lineno, host, s);
+	if (colon)
+		return ss_push(addrs, n, cap, s);
+	if (asprintf(&addr, "%s:%d", s, port) < 0)
+		return -ENOMEM;
+	rc = ss_push(addrs, n, cap, addr);
+	free(addr);
+	return rc;
+}
+
+/*
+ * Lines are read whole (getline), however long: a fixed buffer would cut
+ * a long line in two and give its tail as another host.
+ */
 int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
 {
 	FILE *f = fopen(path, "r");
-	char line[512];
+	char *line = NULL;
+	size_t size = 0;
+	ssize_t len;
 	int cap = 0, lineno = 0, rc = 0;
 
 	*addrs = NULL;
@@ -158,29 +206,23 @@ int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
 	if (!f)
 		return ss_error_set(-errno, NULL, "check the --hostfile path",
 				    "host file '%s'", path);
-	while (rc == 0 && fgets(line, sizeof(line), f)) {
-		char *s = line, *e, addr[300];
-
+	while (rc == 0 && (len = getline(&line, &size, f)) >= 0) {
 		lineno++;
-		if (strchr(s, '#'))
-			*strchr(s, '#') = '\0';
-		while (isspace((unsigned char)*s))
-			s++;
-		e = s + strlen(s);
-		while (e > s && isspace((unsigned char)e[-1]))
-			*--e = '\0';
-		if (!*s)
-			continue;
-		if (strpbrk(s, " \t"))
-			rc = ss_error_set(SS_EUSAGE, "one host[:port] per line",
-					  NULL, "%s:%d: '%s'", path, lineno, s);
-		else if (strchr(s, ':'))
-			rc = ss_push(addrs, n, &cap, s);
-		else {
-			snprintf(addr, sizeof(addr), "%s:%d", s, port);
-			rc = ss_push(addrs, n, &cap, addr);
-		}
+		if (memchr(line, '\0', (size_t)len))
+			rc = ss_error_set(SS_EUSAGE,
+					  "a NUL byte in the line (a binary "
+					  "file?)",
+					  "give a text file, one host[:port] "
+					  "per line",
+					  "%s:%d", path, lineno);
+		else
+			rc = ss_hostfile_line(path, lineno, line, port, addrs,
+					      n, &cap);
 	}
+	if (rc == 0 && ferror(f))
+		rc = ss_error_set(-EIO, NULL, NULL, "reading host file '%s'",
+				  path);
+	free(line);
 	fclose(f);
 	if (rc == 0 && *n == 0)
 		rc = ss_error_set(SS_EUSAGE, "no hosts in it", NULL,
