@@ -32,6 +32,31 @@ Test(peers, slurm_node_lists)
 	assert_expands("node[01-04,07]", a, 5);
 	assert_expands("login,gpu[8-10]x,db", b, 5);
 	assert_expands("solo", (const char *const[]){ "solo" }, 1);
+	/* several bracket groups in a name, as Slurm writes them */
+	assert_expands("rack[1-2]-node[01-02]",
+		       (const char *const[]){ "rack1-node01", "rack1-node02",
+					      "rack2-node01", "rack2-node02" },
+		       4);
+	assert_expands("a[1]b[2]c,d", (const char *const[]){ "a1b2c", "d" }, 2);
+}
+
+/* Found by tests/fuzz/nodelist: stray brackets were kept in host names. */
+Test(peers, unbalanced_brackets_are_refused)
+{
+	static const char *const bad[] = { "]",		"a],b",	  "node[1-2]]",
+					   "node[[1]]", "a[1]b[", "x[1-2]y]" };
+	char **hosts;
+	int n;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(ss_nodelist_expand(bad[i], &hosts, &n), SS_EUSAGE,
+			     "%s", bad[i]);
+		cr_assert_null(hosts);
+		cr_assert(strstr(ss_last_error()->why, "brackets"), "%s: %s",
+			  bad[i], ss_last_error()->why);
+		cr_assert(strstr(ss_last_error()->what, bad[i]), "%s",
+			  ss_last_error()->what);
+	}
 }
 
 Test(peers, bad_node_lists_are_named)
@@ -153,6 +178,18 @@ Test(peers, long_host_file_lines)
 		  "%s", ss_last_error()->what);
 	cr_assert(strstr(ss_last_error()->why, "too long"), "%s",
 		  ss_last_error()->why);
+	unlink(path);
+
+	/* found by tests/fuzz/hostfile: a control character was kept in
+	 * the host name; it is named by its byte, not printed */
+	path = write_tmp("node1\nno\x02"
+			 "de:7100\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2: byte 0x02 after 'no'"),
+		  "%s", ss_last_error()->what);
+	unlink(path);
+	path = write_tmp("a\vb\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
 	unlink(path);
 
 	/* a binary file is not read as host names */
