@@ -283,3 +283,30 @@ Test(peers, train_takes_ranks_from_open_mpi_and_a_host_file, .timeout = 120)
 		  out);
 	cr_assert(strstr(out, "mismatch 2"), "%s", out);
 }
+
+/* Found by tests/fuzz/nodelist: past 1024 hosts the error did not say
+ * which list. */
+Test(peers, too_many_hosts_name_their_list)
+{
+	char **hosts, text[8000];
+	const char *path;
+	int n;
+
+	cr_assert_eq(ss_nodelist_expand("n[0-1023]", &hosts, &n), 0);
+	ss_strings_free(&hosts, n);
+	cr_assert_eq(ss_nodelist_expand("a,n[0-1023]", &hosts, &n), SS_EUSAGE);
+	cr_assert_null(hosts);
+	cr_assert(strstr(ss_last_error()->what, "node list 'a,n[0-1023]'"),
+		  "%s", ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "more than 1024"), "%s",
+		  ss_last_error()->why);
+
+	text[0] = '\0';
+	for (int i = 0; i < 1025; i++)
+		strcat(text, "h\n");
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &hosts, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":1025"), "%s",
+		  ss_last_error()->what);
+	unlink(path);
+}

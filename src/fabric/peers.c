@@ -23,11 +23,12 @@ void ss_strings_free(char ***list, int n)
 	*list = NULL;
 }
 
+/* Append a copy of @s; -E2BIG past SS_FABRIC_MAX_PEERS, which the caller
+ * reports, naming its list. */
 static int ss_push(char ***list, int *n, int *cap, const char *s)
 {
 	if (*n == SS_FABRIC_MAX_PEERS)
-		return ss_error_set(SS_EUSAGE, "too many hosts", NULL,
-				    "more than %d peers", SS_FABRIC_MAX_PEERS);
+		return -E2BIG;
 	if (*n == *cap) {
 		int c = *cap ? 2 * *cap : 16;
 		char **l = realloc(*list, (size_t)c * sizeof(char *));
@@ -46,6 +47,9 @@ static int ss_push(char ***list, int *n, int *cap, const char *s)
 
 /* The largest node number a range may name. */
 #define SS_NODE_MAX 999999999L
+
+static const char ss_too_many_hint[] =
+	"a job has at most 1024 ranks (SS_FABRIC_MAX_PEERS)";
 
 static const char ss_nodelist_hint[] =
 	"write it as Slurm does: node[01-04,07] or rack[1-2]-node[01-04]";
@@ -161,6 +165,9 @@ int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n)
 			start = p + 1;
 		}
 	}
+	if (rc == -E2BIG)
+		rc = ss_error_set(SS_EUSAGE, "more than 1024 hosts",
+				  ss_too_many_hint, "node list '%s'", nodelist);
 	if (rc == 0 && *n == 0)
 		rc = ss_error_set(SS_EUSAGE, "it names no host", NULL,
 				  "node list '%s'", nodelist);
@@ -256,6 +263,10 @@ int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
 		else
 			rc = ss_hostfile_line(path, lineno, line, port, addrs,
 					      n, &cap);
+		if (rc == -E2BIG)
+			rc = ss_error_set(SS_EUSAGE, "more than 1024 hosts",
+					  ss_too_many_hint, "%s:%d", path,
+					  lineno);
 	}
 	if (rc == 0 && ferror(f))
 		rc = ss_error_set(-EIO, NULL, NULL, "reading host file '%s'",
