@@ -8,13 +8,16 @@
  * it starts; when it dies (a crash, a failed property), that file is the
  * failure, named, and a new child goes on with the next one.  Leaks are
  * looked for once, when a child ends (a leak check per file would cost
- * more than the files).  Ends on the line tests/run counts:
+ * more than the files).  The harnesses' temporary files go to a folder of
+ * this run ($TMPDIR), removed at its end, what a crash left there too.
+ * Ends on the line tests/run counts:
  *   replay: N passed, N failed
  * Options (arguments that start with '-', such as the --verbose that
  * tests/run passes to every test program) are ignored.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -126,6 +129,31 @@ static size_t run_child(const struct files *f, size_t from, int *status)
 	return last;
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag,
+		      struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+/* A folder of this run for the harnesses' files; its path, to remove. */
+static char *make_tmpdir(void)
+{
+	const char *base = getenv("TMPDIR");
+	char *dir;
+
+	if (asprintf(&dir, "%s/ss-fuzz-replay.XXXXXX",
+		     base && *base ? base : "/tmp") < 0 ||
+	    !mkdtemp(dir)) {
+		perror("replay: mkdtemp");
+		exit(1);
+	}
+	setenv("TMPDIR", dir, 1);
+	return dir;
+}
+
 static void describe(const char *what, int status)
 {
 	if (WIFSIGNALED(status))
@@ -140,6 +168,7 @@ int main(int argc, char **argv)
 {
 	char *name = basename(argv[0]), dir[4096];
 	struct files f = { 0 };
+	char *tmp = make_tmpdir();
 	int passed = 0, failed = 0, status;
 	bool given = false;
 	struct stat st;
@@ -184,6 +213,8 @@ int main(int argc, char **argv)
 		from = died + 1;
 	}
 	printf("replay: %d passed, %d failed\n", passed, failed);
+	nftw(tmp, remove_one, 16, FTW_DEPTH | FTW_PHYS);
+	free(tmp);
 	for (size_t i = 0; i < f.n; i++)
 		free(f.path[i]);
 	free(f.path);
