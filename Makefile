@@ -68,7 +68,8 @@ TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 .SECONDARY:
 
 .PHONY: all lib command tests perf check test deps format format-check \
-	install uninstall clean help demo demo-rxe perf-deps
+	install uninstall clean help demo demo-rxe perf-deps fuzz fuzz-deps \
+	fuzz-bins fuzz-replay
 
 all: lib command tests perf
 
@@ -135,6 +136,28 @@ $(O)/tsan/%: $(O)/obj/tsan/%.o $(O)/obj/tsan/tsan_runner.o \
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
 
+# The fuzz harnesses (tests/fuzz/): each built twice, for libFuzzer with
+# clang (`make fuzz`, in $(O)/libfuzzer) and around tests/fuzz/replay.c
+# with $(CC) and ASan/UBSan (`make check` replays the corpora and the
+# regression inputs; no clang needed).
+FUZZ_NAMES := checkpoint criteo_file criteo_line handshake hostfile \
+	launcher nodelist numbers region_table
+FUZZ ?= $(FUZZ_NAMES)
+FUZZ_SECONDS ?= 60
+FUZZ_HELPERS := $(O)/obj/tests/fuzz/fuzz.o
+
+fuzz-bins: $(FUZZ:%=$(O)/fuzz/%)
+fuzz-replay: $(FUZZ_NAMES:%=$(O)/fuzz-replay/%)
+
+$(O)/fuzz/%: $(O)/obj/tests/fuzz/%.o $(FUZZ_HELPERS) $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) -fsanitize=fuzzer $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
+$(O)/fuzz-replay/%: $(O)/obj/tests/fuzz/%.o $(FUZZ_HELPERS) \
+		$(O)/obj/tests/fuzz/replay.o $(STATIC_LIB)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
+
 $(O)/perf/%: $(O)/obj/perf/%.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
@@ -169,14 +192,34 @@ test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run --cluster 3 $(CLUSTER3_TESTS)
 	@$(MAKE) --no-print-directory O=$(O)/asan \
 		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
-		tests
+		tests fuzz-replay
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label asan $(TEST_SRCS:tests/%.c=$(O)/asan/tests/%)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label fuzz-replay \
+		$(FUZZ_NAMES:%=$(O)/asan/fuzz-replay/%)
 	@$(MAKE) --no-print-directory O=$(O)/tsan SAN='-fsanitize=thread' \
 		tsan-tests
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label tsan \
 		$(THREADED_TESTS:%=$(O)/tsan/tsan/%)
 	@tests/install-test
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --summary
+
+# ---- fuzzing ---------------------------------------------------------------
+
+# Each harness under libFuzzer for FUZZ_SECONDS (FUZZ=names: some only);
+# clang is installed first when missing.  The inputs it finds go to
+# $(O)/fuzz-work; a crash's input to tests/fuzz/regressions/NAME/.
+# kernels.c's GCC pragma is unknown to clang.
+FUZZ_SAN := -fsanitize=fuzzer-no-link,address,undefined \
+	-fno-sanitize-recover=all -fno-omit-frame-pointer -Wno-unknown-pragmas
+
+fuzz: fuzz-deps
+	@$(MAKE) --no-print-directory O=$(O)/libfuzzer CC=clang \
+		SAN='$(FUZZ_SAN)' FUZZ='$(FUZZ)' fuzz-bins
+	@tests/fuzz/run --seconds $(FUZZ_SECONDS) --bins $(O)/libfuzzer/fuzz \
+		--work $(O)/fuzz-work $(FUZZ)
+
+fuzz-deps:
+	@tools/install-deps --fuzz
 
 # ---- the main job -----------------------------------------------------------
 
@@ -222,7 +265,7 @@ uninstall:
 # ---- housekeeping ---------------------------------------------------------
 
 FORMAT_FILES = $(wildcard include/shadowsync/*.h src/*/*.[ch] \
-	tools/shadowsync/*.[ch] tests/*.[ch] perf/*.[ch])
+	tools/shadowsync/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] perf/*.[ch])
 
 format:
 	clang-format -i $(FORMAT_FILES)
@@ -241,12 +284,14 @@ help:
 	@echo "make check        install missing packages, then run every test"
 	@echo "make deps         install missing Debian packages (root) or print the command"
 	@echo "make perf-deps    the same, and PyTorch for perf/vs-torch"
+	@echo "make fuzz         run each libFuzzer harness FUZZ_SECONDS=60 s (installs clang)"
 	@echo "make install      install into PREFIX=$(PREFIX) (honours DESTDIR)"
 	@echo "make format       reformat the sources with clang-format"
 	@echo "make format-check fail when a source is not formatted"
 	@echo "make clean        remove $(O)/"
-	@echo "variables: CC CFLAGS PREFIX DESTDIR O"
+	@echo "variables: CC CFLAGS PREFIX DESTDIR O FUZZ FUZZ_SECONDS"
 
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
 	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d) \
-	$(TEST_HELPERS:%=$(O)/obj/tests/%.d) $(CRITERION_HELPERS:%=$(O)/obj/tests/%.d)
+	$(TEST_HELPERS:%=$(O)/obj/tests/%.d) $(CRITERION_HELPERS:%=$(O)/obj/tests/%.d) \
+	$(wildcard $(O)/obj/tests/fuzz/*.d)

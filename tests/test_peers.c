@@ -32,6 +32,31 @@ Test(peers, slurm_node_lists)
 	assert_expands("node[01-04,07]", a, 5);
 	assert_expands("login,gpu[8-10]x,db", b, 5);
 	assert_expands("solo", (const char *const[]){ "solo" }, 1);
+	/* several bracket groups in a name, as Slurm writes them */
+	assert_expands("rack[1-2]-node[01-02]",
+		       (const char *const[]){ "rack1-node01", "rack1-node02",
+					      "rack2-node01", "rack2-node02" },
+		       4);
+	assert_expands("a[1]b[2]c,d", (const char *const[]){ "a1b2c", "d" }, 2);
+}
+
+/* Found by tests/fuzz/nodelist: stray brackets were kept in host names. */
+Test(peers, unbalanced_brackets_are_refused)
+{
+	static const char *const bad[] = { "]",		"a],b",	  "node[1-2]]",
+					   "node[[1]]", "a[1]b[", "x[1-2]y]" };
+	char **hosts;
+	int n;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_assert_eq(ss_nodelist_expand(bad[i], &hosts, &n), SS_EUSAGE,
+			     "%s", bad[i]);
+		cr_assert_null(hosts);
+		cr_assert(strstr(ss_last_error()->why, "brackets"), "%s: %s",
+			  bad[i], ss_last_error()->why);
+		cr_assert(strstr(ss_last_error()->what, bad[i]), "%s",
+			  ss_last_error()->what);
+	}
 }
 
 Test(peers, bad_node_lists_are_named)
@@ -117,6 +142,72 @@ Test(peers, host_files)
 		     -ENOENT);
 }
 
+/*
+ * issue 15, defect 7: a line longer than the reader's 512-byte buffer was
+ * cut in two, the host given the default port and the tail ("...:7100")
+ * taken as another host.
+ */
+Test(peers, long_host_file_lines)
+{
+	char host[256], text[1200], want[300];
+	const char *path;
+	char **addrs;
+	int n;
+
+	/* the longest host name, its port kept, and a long comment */
+	memset(host, 'h', 255);
+	host[255] = '\0';
+	snprintf(text, sizeof(text), "%s:7100   # %0600d\nnode2\n", host, 0);
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), 0, "%s",
+		     ss_last_error()->why);
+	cr_assert_eq(n, 2);
+	snprintf(want, sizeof(want), "%s:7100", host);
+	cr_assert_str_eq(addrs[0], want);
+	cr_assert_str_eq(addrs[1], "node2:7000");
+	ss_strings_free(&addrs, n);
+	unlink(path);
+
+	/* a longer one is refused, naming the line */
+	snprintf(text, sizeof(text),
+		 "node1\n%sxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:7100\n", host);
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert_null(addrs);
+	cr_assert(strstr(ss_last_error()->what, ":2: a host name of 285 "),
+		  "%s", ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "too long"), "%s",
+		  ss_last_error()->why);
+	unlink(path);
+
+	/* found by tests/fuzz/hostfile: a control character was kept in
+	 * the host name; it is named by its byte, not printed */
+	path = write_tmp("node1\nno\x02"
+			 "de:7100\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2: byte 0x02 after 'no'"),
+		  "%s", ss_last_error()->what);
+	unlink(path);
+	path = write_tmp("a\vb\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	unlink(path);
+
+	/* a binary file is not read as host names */
+	path = write_tmp("node1\n");
+	{
+		FILE *f = fopen(path, "a");
+
+		fwrite("no\0de\n", 1, 6, f);
+		fclose(f);
+	}
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "NUL"), "%s",
+		  ss_last_error()->why);
+	unlink(path);
+}
+
 static void clear_launchers(void)
 {
 	static const char *const vars[] = {
@@ -191,4 +282,31 @@ Test(peers, train_takes_ranks_from_open_mpi_and_a_host_file, .timeout = 120)
 	cr_assert(strstr(out, "Open MPI says 3 tasks, the peers are 2"), "%s",
 		  out);
 	cr_assert(strstr(out, "mismatch 2"), "%s", out);
+}
+
+/* Found by tests/fuzz/nodelist: past 1024 hosts the error did not say
+ * which list. */
+Test(peers, too_many_hosts_name_their_list)
+{
+	char **hosts, text[8000];
+	const char *path;
+	int n;
+
+	cr_assert_eq(ss_nodelist_expand("n[0-1023]", &hosts, &n), 0);
+	ss_strings_free(&hosts, n);
+	cr_assert_eq(ss_nodelist_expand("a,n[0-1023]", &hosts, &n), SS_EUSAGE);
+	cr_assert_null(hosts);
+	cr_assert(strstr(ss_last_error()->what, "node list 'a,n[0-1023]'"),
+		  "%s", ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "more than 1024"), "%s",
+		  ss_last_error()->why);
+
+	text[0] = '\0';
+	for (int i = 0; i < 1025; i++)
+		strcat(text, "h\n");
+	path = write_tmp(text);
+	cr_assert_eq(ss_hostfile_read(path, 7000, &hosts, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":1025"), "%s",
+		  ss_last_error()->what);
+	unlink(path);
 }

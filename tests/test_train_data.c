@@ -630,3 +630,58 @@ Test(data, a_nul_byte_in_a_line_is_a_bad_line_read_once)
 			     n + skipped);
 	}
 }
+
+/*
+ * The reader's buffer starts small and doubles while a line fills it:
+ * lines that fill it exactly, or just not, or many times over, one with a
+ * NUL byte past the first buffer, are each read once, whole, wherever the
+ * file is split.
+ */
+Test(data, lines_longer_than_the_first_buffer_are_read_whole)
+{
+	static const size_t junk[] = { 1022, 1023, 1024, 5000, 70000 };
+	char path[256];
+	struct ss_reader *r;
+	struct ss_example ex;
+	long size, cuts[64];
+	int n_cuts = 0, lines = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/long-lines.txt", dir);
+	f = fopen(path, "w");
+	cr_assert(f);
+	for (size_t i = 0; i < sizeof(junk) / sizeof(junk[0]); i++) {
+		fprintf(f, "%s\n", GOOD);
+		cuts[n_cuts++] = ftell(f);
+		for (size_t j = 0; j < junk[i]; j++)
+			fputc(i == 3 && j == 3000 ? '\0' : '7', f);
+		cuts[n_cuts++] = ftell(f) - 1;
+		fputc('\n', f);
+		cuts[n_cuts++] = ftell(f);
+		lines += 2;
+	}
+	fprintf(f, "%s", GOOD); /* no final newline */
+	size = ftell(f);
+	fclose(f);
+	for (long at = 1; at < size; at += 4099)
+		cuts[n_cuts++] = at;
+	cuts[n_cuts++] = 0;
+	for (int i = 0; i < n_cuts; i++) {
+		long at = cuts[i];
+		int skipped = 0,
+		    n = (at ? count_skipping(path, 0, (uint64_t)at, &skipped) :
+			      0) +
+			count_skipping(path, (uint64_t)at, 0, &skipped);
+
+		cr_assert_eq(n, lines / 2 + 1, "split at %ld: %d examples", at,
+			     n);
+		cr_assert_eq(skipped, lines / 2, "split at %ld: %d skipped", at,
+			     skipped);
+	}
+	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "long-lines.txt:2"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+}

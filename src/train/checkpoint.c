@@ -194,6 +194,18 @@ static int ss_write_summed(int fd, const struct ss_checkpoint_part *parts,
 	return rc;
 }
 
+/*
+ * The buffer for the chunks of @n floats: no larger than they need (a
+ * small model's save or load does not take 4 MiB).  The checksum is the
+ * same whatever it is, one chunk or many of SS_CKPT_CHUNK.
+ */
+static float *ss_chunk_alloc(size_t n)
+{
+	size_t k = n < SS_CKPT_CHUNK ? n : SS_CKPT_CHUNK;
+
+	return malloc((k ? k : 1) * sizeof(float));
+}
+
 /* The folder's entry for the rename must reach the disk too. */
 static int ss_sync_folder(const char *path)
 {
@@ -234,7 +246,7 @@ int ss_checkpoint_save_parts(const char *path,
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
 	size_t tmp_len = strlen(path) + sizeof(SS_CHECKPOINT_TMP_SUFFIX);
 	char *tmp = malloc(tmp_len);
-	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
+	float *chunk = ss_chunk_alloc(n);
 	uint64_t h = ss_sum_seed;
 	int fd = -1, rc = 0;
 
@@ -461,7 +473,7 @@ int ss_checkpoint_load_parts(const char *path,
 {
 	size_t n = ss_parts_len(params, np);
 	unsigned char head[SS_CKPT_HEADER];
-	float *chunk = malloc(SS_CKPT_CHUNK * sizeof(float));
+	float *chunk = ss_chunk_alloc(n); /* the state: none, or n floats */
 	uint64_t h = ss_sum_seed, n_state = 0;
 	uint32_t version;
 	off_t size;

@@ -16,11 +16,15 @@
 
 #define SS_FIELDS (1 + SS_DENSE + SS_SPARSE)
 #define SS_MAX_LINE (1 << 20) /* a longer line is not Criteo data */
+/* The line buffer's first size (a Criteo line is about 300 bytes); it
+ * doubles for a longer line, up to SS_MAX_LINE + 2. */
+#define SS_LINE_START 1024
 
 struct ss_reader {
 	FILE *f;
 	char *path;
-	char *line; /* SS_MAX_LINE + 2 bytes: the line, its newline, a NUL */
+	char *line; /* @cap bytes: the line, its newline, a NUL */
+	size_t cap;
 	uint64_t begin, end, pos;
 	uint64_t lines; /* lines read in this range */
 	uint64_t skipped;
@@ -179,7 +183,8 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 		free(r);
 		return rc;
 	}
-	r->line = malloc(SS_MAX_LINE + 2);
+	r->cap = SS_LINE_START;
+	r->line = malloc(r->cap);
 	if (!r->line) {
 		ss_reader_close(&r);
 		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
@@ -225,35 +230,64 @@ static uint64_t ss_line_number(struct ss_reader *r, uint64_t at)
 	return n;
 }
 
+/* Double the line buffer, up to SS_MAX_LINE + 2 bytes. */
+static int ss_grow_line(struct ss_reader *r)
+{
+	size_t cap =
+		2 * r->cap > SS_MAX_LINE + 2 ? SS_MAX_LINE + 2 : 2 * r->cap;
+	char *line = realloc(r->line, cap);
+
+	if (!line)
+		return -ENOMEM;
+	r->line = line;
+	r->cap = cap;
+	return 0;
+}
+
 /*
- * The next line into r->line (SS_MAX_LINE + 2 bytes), without its
- * newline, NUL-terminated, NUL bytes in it kept; @bytes: what it took of
- * the file, the newline included (0 at the end).  fgets, fast, does it:
- * a line that ends in its newline holds no NUL (strlen would stop there).
- * Any other (the file's last, an overlong one, one with a NUL byte that
- * hides the rest from strlen) is measured by the stream's position.  A
- * line longer than SS_MAX_LINE is read to its end and comes out as
- * SS_MAX_LINE + 1 long.  Returns the length, or -1 on a read error.
+ * The next line into r->line, without its newline, NUL-terminated, NUL
+ * bytes in it kept; @bytes: what it took of the file, the newline
+ * included (0 at the end).  fgets, fast, does it: a line that ends in its
+ * newline holds no NUL (strlen would stop there).  Any other (the file's
+ * last, one that fills the buffer, one with a NUL byte that hides the
+ * rest from strlen) is measured by the stream's position, the buffer
+ * doubling while the line fills it.  A line longer than SS_MAX_LINE is
+ * read to its end and comes out as SS_MAX_LINE + 1 long.  Returns the
+ * length, or -EIO on a read error, -ENOMEM.
  */
 static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 {
 	size_t len;
 	off_t at;
-	int c;
+	int c, rc;
 
 	*bytes = 0;
-	if (!fgets(r->line, SS_MAX_LINE + 2, r->f))
-		return ferror(r->f) ? -1 : 0;
+	if (!fgets(r->line, (int)r->cap, r->f))
+		return ferror(r->f) ? -EIO : 0;
 	len = strlen(r->line);
 	if (len > 0 && r->line[len - 1] == '\n') {
 		*bytes = len;
 		return (ssize_t)len - 1;
 	}
-	at = ftello(r->f);
-	if (at < 0)
-		return -1;
-	*bytes = (uint64_t)at - r->pos;
-	len = (size_t)*bytes;
+	for (;;) {
+		at = ftello(r->f);
+		if (at < 0)
+			return -EIO;
+		len = (size_t)((uint64_t)at - r->pos);
+		/* ended by its newline or the file's end, or too long */
+		if ((len > 0 && r->line[len - 1] == '\n') || len < r->cap - 1 ||
+		    r->cap == SS_MAX_LINE + 2)
+			break;
+		rc = ss_grow_line(r);
+		if (rc < 0)
+			return rc;
+		if (!fgets(r->line + len, (int)(r->cap - len), r->f)) {
+			if (ferror(r->f))
+				return -EIO;
+			break; /* the file ends where the buffer did */
+		}
+	}
+	*bytes = len;
 	if (len > 0 && r->line[len - 1] == '\n') {
 		r->line[--len] = '\0';
 	} else if (len > SS_MAX_LINE) {
@@ -276,12 +310,13 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 
 		if (r->end && start >= r->end)
 			return 0;
-		/* a fixed buffer: memory stays bounded whatever the file
-		 * holds; a longer line is read past and reported */
+		/* a buffer of at most SS_MAX_LINE + 2 bytes: memory stays
+		 * bounded whatever the file holds; a longer line is read
+		 * past and reported */
 		len = ss_read_line(r, &bytes);
 		if (len < 0)
-			return ss_error_set(-EIO, NULL, NULL, "reading '%s'",
-					    r->path);
+			return ss_error_set((int)len, NULL, NULL,
+					    "reading '%s'", r->path);
 		if (bytes == 0)
 			return 0;
 		/* every byte counts, a NUL too: byte ranges of the file then
