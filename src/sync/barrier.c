@@ -3,6 +3,7 @@
  * The barrier: every live rank comes, the round numbers line up, and a
  * new process of a rank is let in.
  */
+#include <endian.h>
 #include <errno.h>
 #include <string.h>
 
@@ -37,20 +38,42 @@ static bool ss_came(const struct ss_sync *s, int p)
 	       ss__expected(s, SS_MSG_BARRIER, p);
 }
 
+/* Our barrier message to @p, once per barrier (ss__barrier may repeat). */
+static void ss_barrier_send(struct ss_sync *s, int p)
+{
+	if (s->barrier_sent[p])
+		return;
+	s->barrier_sent[p] = true;
+	ss__send(s, p, SS_R_SNAP, s->n, SS_R_INBOX,
+		 ss__ctrl_off(s) + ss_barrier_word(s, s->rank), 1,
+		 SS_MSG_BARRIER);
+}
+
+/*
+ * A peer that comes back while we wait here still gets our barrier
+ * message (it waits for it in its own first half), and once its own is
+ * here it has come too: it gets our DONE and we wait for its.
+ */
 static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 {
+	bool done_sent[SS_FABRIC_MAX_PEERS] = { false };
 	bool all;
 
-	for (int p = 0; p < s->world; p++)
-		if (ss_came(s, p))
-			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
-				 SS_MSG_BARRIER_DONE);
 	do {
 		all = true;
-		for (int p = 0; p < s->world; p++)
-			if (ss_came(s, p) &&
-			    !ss__got(s, SS_MSG_BARRIER_DONE, p))
+		for (int p = 0; p < s->world; p++) {
+			if (ss__expected(s, SS_MSG_BARRIER, p))
+				ss_barrier_send(s, p);
+			if (!ss_came(s, p))
+				continue;
+			if (!done_sent[p]) {
+				done_sent[p] = true;
+				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+					 SS_MSG_BARRIER_DONE);
+			}
+			if (!ss__got(s, SS_MSG_BARRIER_DONE, p))
 				all = false;
+		}
 		if (!all && ss_deadline_passed(deadline))
 			return -ETIMEDOUT;
 		if (!all)
@@ -85,6 +108,10 @@ int ss__barrier(struct ss_sync *s)
 	/* a word of its own: sends of a round may still read the snapshot */
 	memcpy(s->snap + s->n, &s->round, sizeof(uint32_t));
 	memset(s->barrier_sent, 0, (size_t)s->world * sizeof(bool));
+	/* a rank rejoining after a partition waits to see us here */
+	s->state->in_barrier = htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
+	ss_log_debug("sync: rank %d enters barrier %u at round %u", s->rank,
+		     s->barrier_seq, s->round);
 	/* A peer that comes back while we wait gets our message then. */
 	for (;;) {
 		bool all = true;
@@ -92,13 +119,7 @@ int ss__barrier(struct ss_sync *s)
 		for (int p = 0; p < s->world; p++) {
 			if (!ss__expected(s, SS_MSG_BARRIER, p))
 				continue;
-			if (!s->barrier_sent[p]) {
-				s->barrier_sent[p] = true;
-				ss__send(s, p, SS_R_SNAP, s->n, SS_R_INBOX,
-					 ss__ctrl_off(s) +
-						 ss_barrier_word(s, s->rank),
-					 1, SS_MSG_BARRIER);
-			}
+			ss_barrier_send(s, p);
 			all = all && ss__got(s, SS_MSG_BARRIER, p);
 		}
 		if (all)
@@ -106,8 +127,15 @@ int ss__barrier(struct ss_sync *s)
 		if (ss_deadline_passed(deadline)) {
 			for (int p = 0; p < s->world; p++)
 				if (ss__expected(s, SS_MSG_BARRIER, p) &&
-				    !ss__got(s, SS_MSG_BARRIER, p))
+				    !ss__got(s, SS_MSG_BARRIER, p)) {
+					ss_log_debug(
+						"sync: barrier %u: rank %d's "
+						"last barrier message was "
+						"%u",
+						s->barrier_seq, p,
+						s->seen[SS_MSG_BARRIER][p]);
 					ss__leave_out(s, p, "no answer");
+				}
 			rc = -ETIMEDOUT;
 			break;
 		}
@@ -158,7 +186,11 @@ int ss__barrier(struct ss_sync *s)
 	for (int p = 0; p < s->world; p++)
 		if (came[p])
 			s->latest[p] = s->round;
+	ss_log_debug("sync: rank %d leaves barrier %u (%s), round %u next",
+		     s->rank, s->barrier_seq, rc < 0 ? "timed out" : "all came",
+		     s->round);
 	s->barrier_seq++;
+	s->state->in_barrier = 0;
 	if (rc < 0)
 		return ss_error_set(rc, "a peer did not arrive", NULL,
 				    "sync barrier %u of rank %d",

@@ -100,6 +100,97 @@ static int ss_sync_join(struct ss_sync *s, int h)
 	return ss__barrier(s);
 }
 
+/* @p's view, READ into SNAP: false when the READ failed. */
+static bool ss_read_view(struct ss_sync *s, int p, struct ss__state *view)
+{
+	struct ss__state *st = (struct ss__state *)s->snap;
+
+	memset(st, 0, sizeof(*st));
+	s->reads_ok[p] = false;
+	if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0, sizeof(*st)))
+		return false;
+	ss__wait_sends(s, ss__deadline(s));
+	*view = *st;
+	return s->reads_ok[p];
+}
+
+/*
+ * After a partition both sides went on, each without the other, each
+ * with its own members and barrier numbers; on the link's return they
+ * must not meet as equals (their barriers would not line up).  The side
+ * whose members' lowest rank is the higher was cut off: its ranks rejoin
+ * the others as restarted ones do, giving up what they trained alone.
+ */
+int ss__cut_off_through(struct ss_sync *s)
+{
+	uint32_t mine = be32toh(s->state->lowest);
+
+	for (int p = 0; p < s->world; p++) {
+		struct ss__state view;
+		uint32_t epoch;
+
+		if (p == s->rank || s->member_index[p] >= 0 || s->left[p] ||
+		    !ss_fabric_peer_ok(s->fabric, p))
+			continue;
+		epoch = ss_fabric_peer_epoch(s->fabric, p);
+		if (epoch == s->view_read_epoch[p] || epoch == s->epoch[p])
+			continue; /* read on this connection, or a member's */
+		/* what rounds left in flight may still read SNAP */
+		if (ss__drain(s, ss__deadline(s)) < 0 ||
+		    !ss_read_view(s, p, &view))
+			continue;
+		s->view_read_epoch[p] = epoch;
+		if (be32toh(view.began) == SS_STATE_BEGAN &&
+		    be32toh(view.lowest) < mine)
+			return p;
+	}
+	return -1;
+}
+
+int ss__rejoin(struct ss_sync *s, int h)
+{
+	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
+	struct ss__state view = { 0 };
+
+	ss_log_warn("sync: rank %d was cut off from rank %d's members: "
+		    "rejoining, reseeding from rank %d",
+		    s->rank, h, h);
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_JOIN);
+	/* @h in a barrier: its replica holds still, and we learn its number */
+	while (!(be32toh(view.in_barrier) & SS_STATE_IN_BARRIER)) {
+		if (ss_deadline_passed(deadline) ||
+		    !ss_fabric_peer_ok(s->fabric, h))
+			goto err;
+		ss__pump(s, 1);
+		if (!ss_read_view(s, h, &view))
+			memset(&view, 0, sizeof(view));
+	}
+	s->reads_ok[h] = false;
+	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
+			  s->n * sizeof(float)) == 0)
+		ss__wait_sends(s, deadline);
+	if (!s->reads_ok[h])
+		goto err;
+	ss__state_from_replica(s);
+	pthread_mutex_lock(&s->lock);
+	s->reseeds++;
+	pthread_mutex_unlock(&s->lock);
+	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
+		    h);
+	s->barrier_seq = be32toh(view.in_barrier) & ~SS_STATE_IN_BARRIER;
+	return ss__barrier(s);
+err:
+	/* alone a while more: the next round looks again */
+	s->view_read_epoch[h] = 0;
+	ss_log_warn("sync: rank %d could not rejoin through rank %d; "
+		    "going on alone and trying again",
+		    s->rank, h);
+	return 0;
+}
+
 int ss_sync_begin(struct ss_sync *s)
 {
 	int h, rc;

@@ -187,6 +187,7 @@ static int ss_sync_alloc(struct ss_sync *s)
 	s->center = ss_region_ptr(s->r[SS_R_CENTER]);
 	s->snap = ss_region_ptr(s->r[SS_R_SNAP]);
 	s->state = ss_region_ptr(s->r[SS_R_STATE]);
+	s->state->lowest = 0; /* every rank is a member until a barrier */
 	s->claim_words = ss_region_ptr(s->r[SS_R_CLAIMS]);
 	s->ctrl = (uint32_t *)(s->inbox + ss__ctrl_off(s));
 	ss_fabric_set_placement(s->fabric, NULL, NULL);
@@ -222,6 +223,7 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->left_out = calloc(w, sizeof(bool));
 	s->paused = calloc(w, sizeof(bool));
 	s->epoch = calloc(w, sizeof(uint32_t));
+	s->view_read_epoch = calloc(w, sizeof(uint32_t));
 	s->joining = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
 	s->easgd_early = calloc(w, sizeof(bool));
@@ -234,10 +236,10 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->member_index = calloc(w, sizeof(int));
 	s->left = calloc(w, sizeof(bool));
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->joining || !s->barrier_sent || !s->easgd_early ||
-	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
-	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
-	    !s->member_index || !s->left)
+	    !s->view_read_epoch || !s->joining || !s->barrier_sent ||
+	    !s->easgd_early || !s->easgd_early_round || !s->in_flight ||
+	    !s->flight_start_ns || !s->flight_bytes || !s->left_out_count ||
+	    !s->bandwidth || !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -351,6 +353,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->left);
 	free(s->paused);
 	free(s->epoch);
+	free(s->view_read_epoch);
 	free(s->joining);
 	free(s->barrier_sent);
 	free(s->reads_ok);
@@ -415,6 +418,11 @@ bool ss__set_members(struct ss_sync *s, const bool *in)
 		s->member_index[p] = member ? m++ : -1;
 	}
 	s->n_members = m;
+	for (int p = 0; s->state && p < s->world; p++)
+		if (s->member_index[p] >= 0) {
+			s->state->lowest = htobe32((uint32_t)p);
+			break;
+		}
 	s->shard_max = (s->n + (size_t)m - 1) / (size_t)m;
 	/* what a round moves to and from one peer, both directions at once */
 	s->peer_round_bytes =
@@ -534,6 +542,12 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 	if (s->leaving)
 		return ss_error_set(-EINVAL, "this rank has left", NULL,
 				    "sync round of rank %d", s->rank);
+	if (may_barrier) {
+		int h = ss__cut_off_through(s);
+
+		if (h >= 0)
+			return ss__rejoin(s, h);
+	}
 	if (may_barrier && ss__barrier_due(s))
 		return ss__barrier(s);
 

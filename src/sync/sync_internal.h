@@ -32,9 +32,12 @@ enum {
  */
 struct ss__state {
 	uint32_t began; /* SS_STATE_BEGAN once past ss_sync_begin */
-	uint32_t reserved[3];
+	uint32_t lowest; /* the lowest rank among our members */
+	uint32_t in_barrier; /* SS_STATE_IN_BARRIER | its number, or 0 */
+	uint32_t reserved;
 };
 #define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
+#define SS_STATE_IN_BARRIER 0x80000000u
 
 /*
  * Messages, in the immediate: kind in the top 4 bits, round below.  The
@@ -168,6 +171,11 @@ struct ss_sync {
 	 * takes part in rounds only once a barrier has let it in.
 	 */
 	uint32_t *epoch;
+	/*
+	 * The fabric epoch of each peer whose view we last read for a
+	 * partition (ss__cut_off_through): each connection once.
+	 */
+	uint32_t *view_read_epoch;
 	bool *joining; /* asked to join: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	struct ss__state *state; /* ours, in SS_R_STATE */
@@ -371,6 +379,21 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
 
 /* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
 int ss__barrier(struct ss_sync *s);
+
+/*
+ * ss__cut_off_through() - after a partition healed: a peer back on a new
+ * connection, out of our members, whose members' lowest rank is below
+ * ours (we were the smaller side: it went on without us), or -1.  It
+ * READs each such peer's view once per connection.
+ */
+int ss__cut_off_through(struct ss_sync *s);
+
+/*
+ * ss__rejoin() - we were cut off from @h's members: rejoin them as a
+ * restarted rank does, through @h (reseeded from its replica, at its
+ * barrier).  0, or an error after which we go on alone and try again.
+ */
+int ss__rejoin(struct ss_sync *s, int h);
 
 /*
  * ss__barrier_due() - whether the next round must be a barrier instead: a
