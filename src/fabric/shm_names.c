@@ -107,9 +107,12 @@ void ss__shm_forget(const char *name)
 
 void ss_fabric_remove_names(void)
 {
-	for (int i = 0; i < SS_SHM_SLOTS; i++)
-		if (atomic_load(&ss_shm_used[i]))
-			unlink(ss_shm_paths[i]);
+	/* the claims last: they guard the rest */
+	for (int pass = 0; pass < 2; pass++)
+		for (int i = 0; i < SS_SHM_SLOTS; i++)
+			if (atomic_load(&ss_shm_used[i]) &&
+			    (strstr(ss_shm_paths[i], "-claim") != NULL) == pass)
+				unlink(ss_shm_paths[i]);
 }
 
 /* ---- the claim -------------------------------------------------------- */
@@ -171,6 +174,11 @@ int ss__shm_claim(const char *addr, int rank, int *claim_fd)
 		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
 			int err = errno;
 
+			if (err == EWOULDBLOCK &&
+			    !ss_shm_still_named(fd, name)) {
+				close(fd); /* its owner is removing it */
+				continue;
+			}
 			if (pread(fd, &owner, sizeof(owner), 0) !=
 			    sizeof(owner))
 				owner = 0;
@@ -258,7 +266,10 @@ static bool ss_shm_leftover_of(const char *stem, struct ss_shm_leftover *l,
 	snprintf(name, sizeof(name), "/ss-%s-claim", stem);
 	*lock = shm_open(name, O_RDWR | O_CLOEXEC, 0);
 	if (*lock >= 0) {
-		if (flock(*lock, LOCK_EX | LOCK_NB) < 0) {
+		/* held, or renamed away by an owner closing (a new one may
+		 * hold the new claim): not ours to remove */
+		if (flock(*lock, LOCK_EX | LOCK_NB) < 0 ||
+		    !ss_shm_still_named(*lock, name)) {
 			close(*lock);
 			return false;
 		}

@@ -51,21 +51,29 @@ static void ss_barrier_send(struct ss_sync *s, int p)
 
 /*
  * A peer that comes back while we wait here still gets our barrier
- * message (it waits for it in its own first half), and once its own is
- * here it has come too: it gets our DONE and we wait for its.
+ * message (it waits for it in its own first half), and we wait for its
+ * message in turn, as the first half would have: then it has come, gets
+ * our DONE and we wait for its.
  */
 static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 {
 	bool done_sent[SS_FABRIC_MAX_PEERS] = { false };
+	bool late[SS_FABRIC_MAX_PEERS] = { false };
 	bool all;
 
 	do {
 		all = true;
 		for (int p = 0; p < s->world; p++) {
-			if (ss__expected(s, SS_MSG_BARRIER, p))
+			bool expected = ss__expected(s, SS_MSG_BARRIER, p);
+
+			if (expected && !s->barrier_sent[p]) {
 				ss_barrier_send(s, p);
-			if (!ss_came(s, p))
+				late[p] = true;
+			}
+			if (!ss_came(s, p)) {
+				all = all && !(late[p] && expected);
 				continue;
+			}
 			if (!done_sent[p]) {
 				done_sent[p] = true;
 				ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,

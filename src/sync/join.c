@@ -147,26 +147,52 @@ int ss__cut_off_through(struct ss_sync *s)
 	return -1;
 }
 
+/*
+ * Forget barrier messages our own side's numbering left ahead of @k, the
+ * number we take: they would count as peers having come.
+ */
+static void ss_forget_ahead(struct ss_sync *s, uint32_t k)
+{
+	static const int kinds[] = { SS_MSG_BARRIER, SS_MSG_BARRIER_DONE };
+
+	for (int i = 0; i < 2; i++)
+		for (int p = 0; p < s->world; p++)
+			if (ss__rounds_after(s->seen[kinds[i]][p], k) > 0)
+				s->seen[kinds[i]][p] = SS_ROUND_MASK;
+}
+
 int ss__rejoin(struct ss_sync *s, int h)
 {
 	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
 	struct ss__state view = { 0 };
+	uint32_t k = 0;
 
 	ss_log_warn("sync: rank %d was cut off from rank %d's members: "
 		    "rejoining, reseeding from rank %d",
 		    s->rank, h, h);
+	/* the other side's ranks; ours find their way back themselves */
 	for (int p = 0; p < s->world; p++)
-		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+		if (p != s->rank && s->member_index[p] < 0 &&
+		    ss_fabric_peer_ok(s->fabric, p))
 			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
 				 SS_MSG_JOIN);
-	/* @h in a barrier: its replica holds still, and we learn its number */
-	while (!(be32toh(view.in_barrier) & SS_STATE_IN_BARRIER)) {
+	/*
+	 * @h in a barrier (its replica holds still; its state says which),
+	 * and its message for that barrier here: it sent it because it
+	 * expects us, so it waits for ours.
+	 */
+	for (;;) {
 		if (ss_deadline_passed(deadline) ||
 		    !ss_fabric_peer_ok(s->fabric, h))
 			goto err;
 		ss__pump(s, 1);
-		if (!ss_read_view(s, h, &view))
-			memset(&view, 0, sizeof(view));
+		if (!ss_read_view(s, h, &view) ||
+		    !(be32toh(view.in_barrier) & SS_STATE_IN_BARRIER))
+			continue;
+		k = be32toh(view.in_barrier) & ~SS_STATE_IN_BARRIER;
+		ss_forget_ahead(s, k);
+		if (s->seen[SS_MSG_BARRIER][h] == k)
+			break;
 	}
 	s->reads_ok[h] = false;
 	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
@@ -180,7 +206,7 @@ int ss__rejoin(struct ss_sync *s, int h)
 	pthread_mutex_unlock(&s->lock);
 	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
 		    h);
-	s->barrier_seq = be32toh(view.in_barrier) & ~SS_STATE_IN_BARRIER;
+	s->barrier_seq = k;
 	return ss__barrier(s);
 err:
 	/* alone a while more: the next round looks again */

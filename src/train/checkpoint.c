@@ -426,13 +426,14 @@ int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
  * when the file is whole.
  */
 static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
-				float *chunk, const char *path, int rc)
+				const char *path, int rc)
 {
 	uint32_t version = ss_get32(head + 8);
 	uint64_t count = ss_get64(head + 24);
 	uint64_t state = version == 1 ? 0 : ss_get64(head + 48);
 	uint64_t h = ss_sum_seed;
 	uint64_t room = (uint64_t)(size - SS_CKPT_HEADER) / sizeof(float);
+	float *chunk;
 	int err;
 
 	if (count > room || state > room - count ||
@@ -446,6 +447,11 @@ static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
 				    path, (long long)size,
 				    (unsigned long long)count,
 				    (unsigned long long)state);
+	/* a chunk for the file's floats: the caller's fits this model's,
+	 * and the file may hold more */
+	chunk = ss_chunk_alloc(count > state ? count : state);
+	if (!chunk)
+		return ss_error_set(-ENOMEM, NULL, NULL, "checking '%s'", path);
 	err = lseek(fd, SS_CKPT_HEADER, SEEK_SET) < 0 ?
 		      ss_error_set(-errno, NULL, NULL, "checkpoint '%s'",
 				   path) :
@@ -454,6 +460,7 @@ static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
 		err = ss_read_summed(fd, NULL, 0, chunk, count, &h, path);
 	if (err == 0)
 		err = ss_read_summed(fd, NULL, 0, chunk, state, &h, path);
+	free(chunk);
 	if (err < 0)
 		return err;
 	if (ss_head_sum(h, head, version) != ss_get64(head + 40))
@@ -509,7 +516,7 @@ int ss_checkpoint_load_parts(const char *path,
 		/* the message of the layout error, kept while we look */
 		struct ss_error layout = *ss_last_error();
 
-		rc = ss_layout_or_corrupt(fd, head, size, chunk, path, rc);
+		rc = ss_layout_or_corrupt(fd, head, size, path, rc);
 		if (rc == SS_ELAYOUT)
 			ss_error_set(layout.code, layout.why, layout.hint, "%s",
 				     layout.what);

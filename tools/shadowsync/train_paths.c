@@ -17,7 +17,8 @@
 /* @path is a regular file we can open for reading; its size in @st. */
 static int ss_check_input(const char *option, const char *path, struct stat *st)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO without a writer must not hold us here */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
 		return ss_error_set(-errno, NULL, "check the path", "%s '%s'",
