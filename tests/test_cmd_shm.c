@@ -55,9 +55,10 @@ static int objects_of(int p)
 	return n;
 }
 
-/* A shell fragment that waits (5 s at most) for @p's control object. */
+/* A shell fragment that waits (30 s at most: a rank under ASan in a busy
+ * make check can take seconds to start) for @p's control object. */
 #define WAIT_CTL                                                          \
-	"for i in $(seq 100); do [ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && " \
+	"for i in $(seq 600); do [ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && " \
 	"break; sleep 0.05; done; "
 
 /* A world of one rank at @p over shm, long enough to be stopped. */

@@ -182,7 +182,7 @@ Test(cmd_train, a_live_ranks_address_is_refused)
 			"P=127.0.0.1:%d,127.0.0.1:%d; "
 			"{ %s train --data %s/train.txt " MODEL
 			" --threads 1 --transport shm --peers $P --rank 0 --progress 0 >/dev/null 2>&1 & }; "
-			"R=$!; for i in $(seq 100); do "
+			"R=$!; for i in $(seq 600); do "
 			"[ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && break; sleep 0.05; done; "
 			"%s train --data %s/train.txt " MODEL
 			" --threads 1 --transport shm --peers $P --rank 0 --progress 0 2>&1; "
