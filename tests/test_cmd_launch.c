@@ -445,8 +445,12 @@ Test(cmd_launch, bmuf_trains_as_well_as_ma_in_as_many_rounds)
 		ne_ma, ne_bmuf);
 	cr_assert_eq(cmd_json_number(ma, "rounds"),
 		     cmd_json_number(bmuf, "rounds"), "%s\n%s", ma, bmuf);
-	/* no worse: within 0.1 % (the defect above was 3 %) */
-	cr_assert_leq(ne_bmuf, ne_ma * 1.001, "S-BMUF NE %f, S-MA %f", ne_bmuf,
+	/*
+	 * No worse: within 0.5 % (the defect above was 3 %).  The runs are
+	 * not bit-for-bit repeatable (ranks end apart), and 0.1 % failed once
+	 * in a clean make check: 0.7145 against 0.7122.
+	 */
+	cr_assert_leq(ne_bmuf, ne_ma * 1.005, "S-BMUF NE %f, S-MA %f", ne_bmuf,
 		      ne_ma);
 	for (at = strstr(bmuf, "{\"rank\":"); at;
 	     at = strstr(at + 1, "{\"rank\":"), ranks++) {
