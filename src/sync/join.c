@@ -25,30 +25,59 @@ void ss__state_from_replica(struct ss_sync *s)
 	}
 }
 
-/*
- * The first connected peer that has begun (the job runs already: we were
- * restarted, or came late), or -1: its STATE read into SNAP.  No peer can
- * have begun at a fresh start, because its begin barrier waits for us.
- */
-static int ss_sync_find_running(struct ss_sync *s)
+/* @p's view, READ into SNAP: false when the READ failed. */
+static bool ss_read_view(struct ss_sync *s, int p, struct ss__state *view)
 {
 	struct ss__state *st = (struct ss__state *)s->snap;
 
-	for (int p = 0; p < s->world; p++) {
-		uint64_t deadline = ss__deadline(s);
+	memset(st, 0, sizeof(*st));
+	s->reads_ok[p] = false;
+	if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0, sizeof(*st)))
+		return false;
+	ss__wait_sends(s, ss__deadline(s));
+	*view = *st;
+	return s->reads_ok[p];
+}
 
+/*
+ * The first connected peer that has begun (the job runs already: we were
+ * restarted, or came late), or -1.  No peer can have begun at a fresh
+ * start, because its begin barrier waits for us.
+ */
+static int ss_sync_find_running(struct ss_sync *s)
+{
+	struct ss__state view;
+
+	for (int p = 0; p < s->world; p++) {
 		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
 			continue;
-		memset(st, 0, sizeof(*st));
-		s->reads_ok[p] = false;
-		if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0,
-				  sizeof(*st)))
-			continue;
-		ss__wait_sends(s, deadline);
-		if (s->reads_ok[p] && be32toh(st->began) == SS_STATE_BEGAN)
+		if (ss_read_view(s, p, &view) &&
+		    be32toh(view.began) == SS_STATE_BEGAN)
 			return p;
 	}
 	return -1;
+}
+
+/*
+ * Our replica READ from @h (in a barrier: it holds still), and the
+ * S-EASGD center and S-BMUF state started from it; false when it did not
+ * arrive by @deadline.
+ */
+static bool ss_reseed_from(struct ss_sync *s, int h, uint64_t deadline)
+{
+	s->reads_ok[h] = false;
+	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
+			  s->n * sizeof(float)) == 0)
+		ss__wait_sends(s, deadline);
+	if (!s->reads_ok[h])
+		return false;
+	ss__state_from_replica(s);
+	pthread_mutex_lock(&s->lock);
+	s->reseeds++;
+	pthread_mutex_unlock(&s->lock);
+	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
+		    h);
+	return true;
 }
 
 /*
@@ -80,38 +109,14 @@ static int ss_sync_join(struct ss_sync *s, int h)
 				s->rank, h);
 		ss__pump(s, 1);
 	}
-	s->reads_ok[h] = false;
-	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
-			  s->n * sizeof(float)) == 0)
-		ss__wait_sends(s, deadline);
-	if (!s->reads_ok[h])
+	if (!ss_reseed_from(s, h, deadline))
 		return ss_error_set(
 			-ETIMEDOUT, "its replica did not arrive",
 			"start this rank again; it reseeds from a healthy peer",
 			"sync: rank %d reseeding %zu floats from rank %d",
 			s->rank, s->n, h);
-	ss__state_from_replica(s);
-	pthread_mutex_lock(&s->lock);
-	s->reseeds++;
-	pthread_mutex_unlock(&s->lock);
-	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
-		    h);
 	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
 	return ss__barrier(s);
-}
-
-/* @p's view, READ into SNAP: false when the READ failed. */
-static bool ss_read_view(struct ss_sync *s, int p, struct ss__state *view)
-{
-	struct ss__state *st = (struct ss__state *)s->snap;
-
-	memset(st, 0, sizeof(*st));
-	s->reads_ok[p] = false;
-	if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0, sizeof(*st)))
-		return false;
-	ss__wait_sends(s, ss__deadline(s));
-	*view = *st;
-	return s->reads_ok[p];
 }
 
 /*
@@ -194,18 +199,8 @@ int ss__rejoin(struct ss_sync *s, int h)
 		if (s->seen[SS_MSG_BARRIER][h] == k)
 			break;
 	}
-	s->reads_ok[h] = false;
-	if (ss__post_read(s, h, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
-			  s->n * sizeof(float)) == 0)
-		ss__wait_sends(s, deadline);
-	if (!s->reads_ok[h])
+	if (!ss_reseed_from(s, h, deadline))
 		goto err;
-	ss__state_from_replica(s);
-	pthread_mutex_lock(&s->lock);
-	s->reseeds++;
-	pthread_mutex_unlock(&s->lock);
-	ss_log_warn("sync: rank %d reseeded its replica from rank %d", s->rank,
-		    h);
 	s->barrier_seq = k;
 	return ss__barrier(s);
 err:
