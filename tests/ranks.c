@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* Running the ranks of a test as processes: see ranks.h. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,11 +105,59 @@ void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs)
 	}
 }
 
+/*
+ * A block of RANKS_PORTS ports no other test on this machine holds: each
+ * block has a lock file, and the first free one from a place picked by
+ * the pid is taken (flock, held until this process ends).  Ports from
+ * the pid alone collided: Criterion forks the tests of a suite one after
+ * another, so two tests running at once often have pids one apart, and
+ * one test's ports ran into the next one's.
+ */
+static int ranks_port_block(void)
+{
+	static const char dir[] = "/tmp/ss-test-ports";
+	int blocks = (52000 - 20000) / RANKS_PORTS;
+	int first = (int)(getpid() % blocks);
+	char path[64];
+
+	mkdir(dir, 01777);
+	for (int i = 0; i < blocks; i++) {
+		int b = (first + i) % blocks;
+		int fd;
+
+		snprintf(path, sizeof(path), "%s/%d", dir, b);
+		fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+		if (fd < 0)
+			break;
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 20000 + b * RANKS_PORTS; /* fd stays open */
+		close(fd);
+	}
+	/* no lock files (a read-only /tmp): the pid's block, unguarded */
+	return 20000 + first * RANKS_PORTS;
+}
+
+static int ranks_base; /* this process's block, once taken */
+
 int ranks_port_base(void)
 {
 	if (ranks_cluster(NULL, NULL))
-		return 20000 + (int)(ranks_test_hash() % 2000) * 8;
-	return 20000 + (int)(getpid() % 2000) * 8;
+		return 20000 + (int)(ranks_test_hash() % 1000) * RANKS_PORTS;
+	if (!ranks_base)
+		ranks_base = ranks_port_block();
+	return ranks_base;
+}
+
+void ranks_clean_ports(void)
+{
+	char addr[64];
+
+	if (!ranks_base || ranks_transport() != SS_TRANSPORT_SHM)
+		return;
+	for (int p = 0; p < RANKS_PORTS; p++) {
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", ranks_base + p);
+		ss_fabric_shm_clean(addr, 0, true, NULL, NULL);
+	}
 }
 
 int ranks_fabric_open(int rank, int world, int port_base, uint64_t job_key,
@@ -235,5 +286,6 @@ int ranks_run_restart(int world, int (*fn)(int rank, void *arg), void *arg,
 		}
 		ss_sleep_ns(5000000);
 	}
+	ranks_clean_ports();
 	return failed;
 }

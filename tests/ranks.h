@@ -47,8 +47,22 @@ uint64_t ranks_job_key(void);
 /* ranks_addrs() - "host:port" of each rank, from a per-test port base. */
 void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs);
 
-/* ranks_port_base() - ports for this test process's ranks. */
+/*
+ * ranks_port_base() - the first of RANKS_PORTS ports that this test
+ * process holds alone (on a cluster: from the test's name, the same on
+ * every host).  A test takes its ports from base to base + RANKS_PORTS
+ * - 1 and no others: a job's tables listen past its ranks (port + world).
+ */
+#define RANKS_PORTS 32
 int ranks_port_base(void);
+
+/*
+ * ranks_clean_ports() - over shm, remove what ranks this test killed on
+ * purpose left on its ports (a live rank's objects are never touched):
+ * no test leaves /dev/shm objects behind (tests/run checks).  ranks_run()
+ * calls it when its ranks are done.
+ */
+void ranks_clean_ports(void);
 
 /*
  * ranks_fabric_open() - the endpoint of @rank of @world on this test's

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ranks.h"
 
 static char dir[] = "/tmp/ss-bad-XXXXXX";
 
@@ -217,7 +218,7 @@ Test(cmd_bad_input, a_model_larger_than_dev_shm)
 		     "--bottom 13-16-4 --top 16-1 --hash-size 1000000 --peers "
 		     "127.0.0.1:%d --rank 0 --transport shm; echo status $?; "
 		     "ls /dev/shm | wc -l' 2>&1",
-		     dir, SS_COMMAND, 30000 + getpid() % 5000);
+		     dir, SS_COMMAND, ranks_port_base());
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_assert(strstr(out, "/dev/shm is too small"), "%s", out);
 	cr_assert(strstr(out, "MiB, /dev/shm has 1"), "%s", out);

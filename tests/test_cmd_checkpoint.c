@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ranks.h"
 
 static char dir[] = "/tmp/ss-ckcmd-XXXXXX";
 
@@ -168,7 +169,7 @@ Test(cmd_checkpoint, truncated_corrupted_and_foreign_files_are_refused)
 Test(cmd_checkpoint, ranks_save_their_own_file_when_the_path_names_them)
 {
 	char out[8192];
-	int port = 27000 + getpid() % 500 * 8;
+	int port = ranks_port_base();
 
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
@@ -245,7 +246,7 @@ static bool same_bytes(const char *a, const char *b, long from, long to)
 Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 {
 	char out[16384];
-	int port = 28000 + getpid() % 500 * 8;
+	int port = ranks_port_base();
 	long rows = 26L * 500 * 4, /* 2000 rows over 4: 500 a table */
 		floats = DENSE + rows, state = 64 + floats * 4;
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ranks.h"
 
 static char dir[] = "/tmp/ss-cmd-XXXXXX";
 
@@ -433,7 +434,7 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 Test(cmd_metrics, each_rank_its_file_with_the_tables)
 {
 	char out[16384], path[256], *text, *json;
-	int port = 27000 + getpid() % 1000 * 4; /* and + 2, + 3: the tables */
+	int port = ranks_port_base(); /* and + 2, + 3: the tables */
 
 	cr_assert_eq(
 		cmd_run(out, sizeof(out),
@@ -598,7 +599,7 @@ Test(cmd_metrics, a_failed_run_says_so)
 Test(cmd_metrics, bad_paths_are_refused_before_training)
 {
 	char out[8192];
-	int port = 28000 + getpid() % 1000 * 4;
+	int port = ranks_port_base();
 	static const struct {
 		const char *path, *says;
 	} bad[] = {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ranks.h"
 #include "shadowsync/shadowsync.h"
 
 static char dir[] = "/tmp/ss-shm-XXXXXX";
@@ -33,10 +34,11 @@ static void teardown(void)
 
 TestSuite(cmd_shm, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Ports of this test process: 8 from an offset no other suite uses. */
+/* This test's ports (32, see ranks.h).  A rank at P has its tables at
+ * P + world: two ranks of one test two ports apart at least. */
 static int port(void)
 {
-	return 36000 + getpid() % 500 * 8;
+	return ranks_port_base();
 }
 
 /* How many objects in /dev/shm belong to 127.0.0.1:@p. */
@@ -100,12 +102,15 @@ Test(cmd_shm, launch_removes_what_a_killed_rank_left)
 	cr_assert(strstr(out, "launch 1"), "%s", out);
 	cr_assert_eq(objects_of(p + 1), 0, "the killed rank's objects");
 	cr_assert_eq(objects_of(p), 0, "the rank launch stopped");
+	/* and their tables' endpoints, at port + 2 */
+	cr_assert_eq(objects_of(p + 3), 0, "the killed rank's tables");
+	cr_assert_eq(objects_of(p + 2), 0, "the tables of the rank stopped");
 }
 
 Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
 {
 	char out[16384];
-	int dead = port() + 4, live = port() + 5;
+	int dead = port() + 8, live = port() + 10;
 
 	/* a rank killed outright leaves its objects */
 	cr_assert_eq(cmd_run(out, sizeof(out),
@@ -132,6 +137,11 @@ Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
 	cr_assert(strstr(out, "removed 0 leftovers"), "the live rank: %s", out);
 	cr_assert_eq(objects_of(dead), 0);
 	cr_assert_eq(objects_of(live), 0, "the live rank ended cleanly");
+	/* the dead rank's tables (port + 1), made or not when it died, are
+	 * a leftover of their own */
+	snprintf(out, sizeof(out), "127.0.0.1:%d", dead + 1);
+	cr_assert_geq(ss_fabric_shm_clean(out, 0, true, NULL, NULL), 0);
+	cr_assert_eq(objects_of(dead + 1), 0);
 }
 
 /* Two launches at once on the same ports: one runs, one is refused with
@@ -139,7 +149,7 @@ Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
 Test(cmd_shm, two_jobs_started_together_one_runs)
 {
 	char out[16384];
-	int p = port() + 6;
+	int p = port() + 12;
 
 	for (int round = 0; round < 3; round++) {
 		cr_assert_eq(
@@ -163,7 +173,7 @@ Test(cmd_shm, two_jobs_started_together_one_runs)
 Test(cmd_shm, long_addresses_do_not_share_names)
 {
 	char a[200], b[200];
-	int fa = -1, fb = -1;
+	int fa = -1, fb = -1, again = -1;
 
 	memset(a, 'h', 130);
 	snprintf(a + 130, sizeof(a) - 130, "a:%d", port());
@@ -173,11 +183,13 @@ Test(cmd_shm, long_addresses_do_not_share_names)
 		     ss_last_error()->why);
 	cr_assert_eq(ss_fabric_shm_claim(b, 1, &fb), 0, "%s: %s",
 		     ss_last_error()->what, ss_last_error()->why);
-	cr_assert_eq(ss_fabric_shm_claim(a, 0, &fb), -EADDRINUSE);
+	cr_assert_eq(ss_fabric_shm_claim(a, 0, &again), -EADDRINUSE);
+	cr_assert_eq(again, -1);
 	close(fa);
 	close(fb);
-	cr_assert_geq(ss_fabric_shm_clean(a, 0, true, NULL, NULL), 0);
-	cr_assert_geq(ss_fabric_shm_clean(b, 0, true, NULL, NULL), 0);
+	/* closed, both claims are leftovers, and removed */
+	cr_assert_eq(ss_fabric_shm_clean(a, 0, true, NULL, NULL), 1);
+	cr_assert_eq(ss_fabric_shm_clean(b, 0, true, NULL, NULL), 1);
 }
 
 /* Through launch: two jobs whose --host of 130 characters differ only at
@@ -193,7 +205,7 @@ Test(cmd_shm, launch_hosts_that_differ_past_the_cut_both_run)
 			     "--port %d -- train --data %s/train.txt " MODEL
 			     " --threads 1 --progress 0 >%s/$j 2>&1; "
 			     "echo job $j $?; } & done; wait; cat %s/a %s/b",
-			     SS_COMMAND, host, port() + 7, dir, dir, dir, dir),
+			     SS_COMMAND, host, port() + 16, dir, dir, dir, dir),
 		     0, "%s", out);
 	cr_assert(strstr(out, "job a 0"), "%s", out);
 	cr_assert(strstr(out, "job b 0"), "%s", out);

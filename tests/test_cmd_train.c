@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cmd.h"
+#include "ranks.h"
 
 static char dir[] = "/tmp/ss-cmd-XXXXXX";
 
@@ -69,7 +70,7 @@ Test(cmd_train, top_mlp_written_with_its_input_is_the_same_model)
 Test(cmd_train, two_ranks_over_shm_with_shadow_ma)
 {
 	char cmd[2048], out[8192];
-	int port = 24000 + getpid() % 1000 * 4; /* and + 2, + 3: the tables */
+	int port = ranks_port_base(); /* and + 2, + 3: the tables */
 
 	/* Rank 1 in the background, rank 0 in the foreground; both must
 	 * succeed, each having read half of the examples. */
@@ -175,7 +176,7 @@ Test(cmd_train, refusals_name_the_option)
 Test(cmd_train, a_live_ranks_address_is_refused)
 {
 	char out[8192];
-	int port = 25000 + getpid() % 1000 * 4;
+	int port = ranks_port_base();
 
 	cr_assert_eq(
 		cmd_run(out, sizeof(out),

@@ -993,11 +993,15 @@ Test(fabric, a_dead_ranks_reused_pid_does_not_hold_its_address, .timeout = 60)
 	/* start times count in ticks of 10 ms: let one pass, at least */
 	ss_sleep_ns(50000000);
 	last = fopen("/proc/sys/kernel/ns_last_pid", "w");
-	if (!last)
+	if (!last) {
+		ranks_clean_ports();
 		cr_skip_test("cannot choose the next pid (not root)");
+	}
 	fprintf(last, "%d", (int)dead - 1);
-	if (fclose(last) != 0)
+	if (fclose(last) != 0) {
+		ranks_clean_ports();
 		cr_skip_test("cannot choose the next pid");
+	}
 	heir = fork();
 	if (heir == 0) {
 		pause();
@@ -1006,6 +1010,7 @@ Test(fabric, a_dead_ranks_reused_pid_does_not_hold_its_address, .timeout = 60)
 	if (heir != dead) {
 		kill(heir, SIGKILL);
 		waitpid(heir, NULL, 0);
+		ranks_clean_ports();
 		cr_skip_test("pid %d was taken before the test could reuse it",
 			     (int)dead);
 	}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ranks.h"
 #include "shadowsync/shadowsync.h"
 
 static void assert_expands(const char *list, const char *const *want, int n)
@@ -252,7 +253,7 @@ Test(peers, train_takes_ranks_from_open_mpi_and_a_host_file, .timeout = 120)
 	char cmd[2048], out[8192];
 	char data[] = "/tmp/ss-peers-data-XXXXXX";
 	const char *hosts;
-	int port = 26000 + getpid() % 1000 * 2;
+	int port = ranks_port_base();
 	FILE *p;
 	size_t n;
 

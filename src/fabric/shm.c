@@ -128,12 +128,18 @@ static int ss_shm_create(struct ss_fabric *f, const char *name, size_t len,
 	void *p;
 	int fd, rc = 0;
 
+	/* Remembered before it exists: a signal between the create and the
+	 * remember would leave it behind.  The name is ours to remove
+	 * either way, since we hold the address's claim. */
+	ss__shm_remember(name);
 	shm_unlink(name); /* left over by a rank that crashed */
 	fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return ss_error_set(-errno, NULL, ss_shm_hint, "shm_open %s",
-				    name);
-	ss__shm_remember(name);
+	if (fd < 0) {
+		rc = ss_error_set(-errno, NULL, ss_shm_hint, "shm_open %s",
+				  name);
+		ss__shm_forget(name);
+		return rc;
+	}
 	if (ftruncate(fd, (off_t)len) < 0)
 		rc = ss_error_set(-errno, NULL, ss_shm_hint,
 				  "ftruncate %s to %zu bytes", name, len);

@@ -622,17 +622,20 @@ static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 
 /*
  * A rank killed by a signal it could not catch (SIGKILL) left its shared
- * memory in /dev/shm: remove it, now that the rank is gone (its claim's
- * lock went with it, so a live rank's objects are never touched).
+ * memory in /dev/shm, and one that failed before it opened its fabric
+ * left the claim we made for it: remove them, now that the rank is gone
+ * (its claim's lock went with it, so a live rank's objects are never
+ * touched).  A rank that ended cleanly left nothing to find.
  */
 static void ss_launch_clean_shm(const struct ss_launch *l, int r)
 {
 	const char *at = l->peers;
-	char addr[256];
+	char addr[256], *colon;
 	size_t len;
+	long port, world = 0;
 	int found;
 
-	if (!WIFSIGNALED(l->ranks[r].status))
+	if (l->transport != SS_TRANSPORT_SHM)
 		return;
 	for (long i = 0; at && i < l->first_rank + r; i++) {
 		at = strchr(at, ',');
@@ -647,6 +650,19 @@ static void ss_launch_clean_shm(const struct ss_launch *l, int r)
 	found = ss_fabric_shm_clean(addr, 0, true, NULL, NULL);
 	if (found > 0)
 		ss_log_info("rank %ld (%s): removed its shared memory",
+			    l->first_rank + r, addr);
+	/* and its tables' endpoint, at port + world (ss_table_addrs) */
+	colon = strrchr(addr, ':');
+	port = colon ? strtol(colon + 1, NULL, 10) : 0;
+	for (at = l->peers; at; at = strchr(at + 1, ','))
+		world++;
+	if (port <= 0 || port + world > 65535)
+		return;
+	snprintf(colon + 1, sizeof(addr) - (size_t)(colon + 1 - addr), "%ld",
+		 port + world);
+	found = ss_fabric_shm_clean(addr, 0, true, NULL, NULL);
+	if (found > 0)
+		ss_log_info("rank %ld (%s): removed its tables' shared memory",
 			    l->first_rank + r, addr);
 }
 

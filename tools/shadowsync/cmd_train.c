@@ -49,8 +49,13 @@ int ss_cmd_train(int argc, char **argv)
 	pthread_condattr_setclock(&cond_attr, CLOCK_MONOTONIC);
 	pthread_cond_init(&prog.cond, &cond_attr);
 	pthread_condattr_destroy(&cond_attr);
+	/* SIGPIPE and SIGHUP too: when launch dies, our output pipes close
+	 * before its death signal reaches us, and a log line written then
+	 * killed the rank (SIGPIPE's default) with its shm objects left. */
 	signal(SIGTERM, ss_train_on_signal);
 	signal(SIGINT, ss_train_on_signal);
+	signal(SIGPIPE, ss_train_on_signal);
+	signal(SIGHUP, ss_train_on_signal);
 	if (rc == 0)
 		rc = ss_train_peers(&c);
 	if (rc == 0)

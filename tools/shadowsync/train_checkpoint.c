@@ -45,7 +45,8 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 }
 
 /*
- * SIGTERM (launch stopping the ranks) or Ctrl-C: remove the names of our
+ * SIGTERM (launch stopping the ranks), Ctrl-C, a hangup or output that
+ * has gone (launch killed: SIGPIPE): remove the names of our
  * shared memory (over shm), during a save the half-written PATH.tmp, and
  * a --metrics FILE.tmp being written, then die of the signal as before.
  * unlink() is async-signal-safe; the path is set before the save and

@@ -128,8 +128,8 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data);
 int ss_train_nothing_trained(const struct ss_train_cmd *c,
 			     const struct ss_train_result *res);
 
-/* ss_train_on_signal() - SIGTERM/SIGINT: no shm object nor half-written
- * checkpoint left. */
+/* ss_train_on_signal() - SIGTERM, SIGINT, SIGHUP, SIGPIPE: no shm object
+ * nor half-written checkpoint left. */
 void ss_train_on_signal(int sig);
 
 /*
