@@ -27,6 +27,7 @@
 
 #define SS_VERBS_RESOLVE_MS 2000
 #define SS_VERBS_RETRY_NS 100000000u /* a refused connect is retried */
+#define SS_VERBS_ATTEMPT_NS 8000000000ull /* see ss_cm_stalled */
 
 static const char *const ss_gid_types[] = { "IB", "RoCE v1", "RoCE v2" };
 
@@ -307,6 +308,34 @@ static void ss_cm_ack_timeout(struct rdma_cm_id *id)
 			t, strerror(errno));
 }
 
+/*
+ * An attempt of ours that has not ended in an event after SS_VERBS_
+ * ATTEMPT_NS: start again.  A CM message lost on the wire is sent again
+ * only after the CM's response timeout (about 4 s by rdma_cm's default),
+ * and a connection was once seen stuck "connecting" for the whole 30 s
+ * connect timeout between two soft-RoCE guests at start; the accepting
+ * side replaces an earlier attempt of the same peer with the new one.
+ */
+static bool ss_cm_stalled(struct ss_fabric *f, int p, uint64_t now)
+{
+	static const char *const states[] = { "", "resolving its address",
+					      "resolving the route",
+					      "connecting" };
+	struct ss_verbs_peer *vp = &((struct ss_verbs *)f->backend)->peers[p];
+
+	if (vp->state != SS_VP_ADDR && vp->state != SS_VP_ROUTE &&
+	    vp->state != SS_VP_CONNECTING)
+		return false;
+	if (now - vp->attempt_ns < SS_VERBS_ATTEMPT_NS)
+		return false;
+	ss_log_info("verbs: peer %d (%s): still %s after %.0f s: trying again",
+		    p, f->peers[p].addr, states[vp->state],
+		    (double)(now - vp->attempt_ns) / 1e9);
+	ss_cm_reset(f, p);
+	vp->retry_ns = now; /* at once */
+	return true;
+}
+
 static int ss_cm_start(struct ss_fabric *f, int p)
 {
 	struct ss_verbs *v = f->backend;
@@ -326,6 +355,7 @@ static int ss_cm_start(struct ss_fabric *f, int p)
 			   RDMA_PS_TCP))
 		return ss_error_set(-errno, NULL, NULL, "rdma_create_id");
 	vp->id = id;
+	vp->attempt_ns = ss_now_ns();
 	ss_cm_ack_timeout(id);
 	if (rdma_resolve_addr(id, (struct sockaddr *)&src,
 			      (struct sockaddr *)&dst, SS_VERBS_RESOLVE_MS)) {
@@ -909,6 +939,7 @@ int ss__verbs_connect(struct ss_fabric *f)
 		for (int p = 0; p < f->opts.rank; p++) {
 			int rc;
 
+			ss_cm_stalled(f, p, now);
 			if (v->peers[p].state != SS_VP_IDLE ||
 			    now < v->peers[p].retry_ns)
 				continue;
@@ -1033,6 +1064,7 @@ void ss__verbs_reconnect(struct ss_fabric *f)
 			}
 			continue;
 		}
+		ss_cm_stalled(f, p, ss_now_ns());
 		if (vp->state == SS_VP_ADDR || vp->state == SS_VP_ROUTE ||
 		    vp->state == SS_VP_CONNECTING || !ss__retry_due(f, p))
 			continue; /* an attempt in flight ends in an event */

@@ -5,6 +5,7 @@
  */
 #include <endian.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sync_internal.h"
@@ -91,6 +92,130 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 	return 0;
 }
 
+static bool ss_bit(const uint64_t *set, int p)
+{
+	return be64toh(set[p / 64]) >> (p % 64) & 1;
+}
+
+static void ss_set_bit(uint64_t *set, int p)
+{
+	set[p / 64] = htobe64(be64toh(set[p / 64]) | 1ull << (p % 64));
+}
+
+/* Poll @p's state until its slot of this barrier holds @tag in @field's
+ * place (came or decided); false when @p failed or @deadline passed. */
+static bool ss_wait_view(struct ss_sync *s, int p, bool decided,
+			 uint64_t deadline, struct ss__state *view)
+{
+	uint32_t tag = htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
+	int slot = s->barrier_seq & 1;
+
+	while (ss_fabric_peer_ok(s->fabric, p) &&
+	       !ss_deadline_passed(deadline)) {
+		if (ss__read_view(s, p, view) &&
+		    (decided ? view->agree[slot].decided_tag :
+			       view->agree[slot].came_tag) == tag)
+			return true;
+		ss__pump(s, 1);
+	}
+	return false;
+}
+
+/*
+ * Who came, agreed.  Each rank's own view of who came can differ: after a
+ * partition, a peer may be back on one rank's connection and not yet on
+ * another's, and ranks that went on with different members divided the
+ * shards differently (their models drifted apart).  So each publishes who
+ * it saw come (its state, READ by the others), and the lowest rank that
+ * came decides: of those, the ones that every one of them saw come (it
+ * drops a rank that missed one, until no one is missing), and each adopts
+ * that.  A rank left out of the decision goes on alone and finds its way
+ * back through the decider like a rank cut off by a partition.  When the
+ * decider cannot be read (it left at once, say at the job's end), each
+ * keeps what it saw, as before.
+ */
+static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
+{
+	uint32_t tag = htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
+	int slot = s->barrier_seq & 1, decider = s->rank;
+	struct ss__state view;
+	uint64_t *sets;
+
+	memset(s->state->agree[slot].came, 0, sizeof(view.agree[0].came));
+	for (int p = 0; p < s->world; p++)
+		if (came[p] || p == s->rank)
+			ss_set_bit(s->state->agree[slot].came, p);
+	atomic_thread_fence(memory_order_release);
+	s->state->agree[slot].came_tag = tag;
+	for (int p = 0; p < s->rank; p++)
+		if (came[p]) {
+			decider = p;
+			break;
+		}
+	if (decider != s->rank) {
+		if (!ss_wait_view(s, decider, true, deadline, &view)) {
+			ss_log_debug("sync: barrier %u: rank %d's decision "
+				     "did not come; keeping ours",
+				     s->barrier_seq, decider);
+			return;
+		}
+		if (!ss_bit(view.agree[slot].members, s->rank)) {
+			ss_log_warn("sync: rank %d was left out of barrier "
+				    "%u by rank %d: going on alone until it "
+				    "rejoins",
+				    s->rank, s->barrier_seq, decider);
+			memset(came, 0, (size_t)s->world * sizeof(bool));
+			s->view_read_epoch[decider] = 0; /* look again */
+			return;
+		}
+		for (int p = 0; p < s->world; p++)
+			if (came[p] != (p != s->rank &&
+					ss_bit(view.agree[slot].members, p))) {
+				ss_log_debug("sync: barrier %u: rank %d %s "
+					     "by rank %d's decision",
+					     s->barrier_seq, p,
+					     came[p] ? "left out" : "let in",
+					     decider);
+				came[p] = !came[p];
+			}
+		return;
+	}
+	/* we decide: who came, as each of them saw it */
+	sets = calloc((size_t)s->world, sizeof(view.agree[0].came));
+	for (int p = 0; p < s->world; p++) {
+		if (!came[p])
+			continue;
+		if (sets && ss_wait_view(s, p, false, deadline, &view))
+			memcpy(sets + (size_t)p * SS_STATE_WORDS,
+			       view.agree[slot].came,
+			       sizeof(view.agree[0].came));
+		else
+			came[p] = false;
+	}
+	for (bool again = sets != NULL; again;) {
+		again = false;
+		for (int q = 0; q < s->world; q++)
+			for (int p = 0; came[q] && p < s->world; p++)
+				if ((came[p] || p == s->rank) &&
+				    !ss_bit(sets + (size_t)q * SS_STATE_WORDS,
+					    p)) {
+					ss_log_debug("sync: barrier %u: rank "
+						     "%d did not see rank %d "
+						     "come: left out",
+						     s->barrier_seq, q, p);
+					came[q] = false;
+					again = true;
+				}
+	}
+	free(sets);
+	memset(s->state->agree[slot].members, 0, sizeof(view.agree[0].members));
+	for (int p = 0; p < s->world; p++)
+		if (came[p] || p == s->rank)
+			ss_set_bit(s->state->agree[slot].members, p);
+	atomic_thread_fence(memory_order_release);
+	s->state->agree[slot].decided_tag = tag;
+}
+
 /*
  * The barrier also lines the ranks' round numbers up: after a shadow thread
  * stopped, ranks may be a round apart.  Each sends its round in its word of
@@ -161,6 +286,7 @@ int ss__barrier(struct ss_sync *s)
 		came[p] = ss_came(s, p) ||
 			  (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
 			   ss__got(s, SS_MSG_BARRIER_DONE, p) && !s->left[p]);
+	ss_barrier_agree(s, came, deadline);
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
 			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];

@@ -26,13 +26,14 @@ void ss__state_from_replica(struct ss_sync *s)
 }
 
 /* @p's view, READ into SNAP: false when the READ failed. */
-static bool ss_read_view(struct ss_sync *s, int p, struct ss__state *view)
+bool ss__read_view(struct ss_sync *s, int p, struct ss__state *view)
 {
-	struct ss__state *st = (struct ss__state *)s->snap;
+	size_t off = ss__view_off(s->n);
+	struct ss__state *st = (struct ss__state *)((char *)s->snap + off);
 
 	memset(st, 0, sizeof(*st));
 	s->reads_ok[p] = false;
-	if (ss__post_read(s, p, SS_R_SNAP, 0, SS_R_STATE, 0, sizeof(*st)))
+	if (ss__post_read(s, p, SS_R_SNAP, off, SS_R_STATE, 0, sizeof(*st)))
 		return false;
 	ss__wait_sends(s, ss__deadline(s));
 	*view = *st;
@@ -51,7 +52,7 @@ static int ss_sync_find_running(struct ss_sync *s)
 	for (int p = 0; p < s->world; p++) {
 		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
 			continue;
-		if (ss_read_view(s, p, &view) &&
+		if (ss__read_view(s, p, &view) &&
 		    be32toh(view.began) == SS_STATE_BEGAN)
 			return p;
 	}
@@ -142,7 +143,7 @@ int ss__cut_off_through(struct ss_sync *s)
 			continue; /* read on this connection, or a member's */
 		/* what rounds left in flight may still read SNAP */
 		if (ss__drain(s, ss__deadline(s)) < 0 ||
-		    !ss_read_view(s, p, &view))
+		    !ss__read_view(s, p, &view))
 			continue;
 		s->view_read_epoch[p] = epoch;
 		if (be32toh(view.began) == SS_STATE_BEGAN &&
@@ -191,7 +192,7 @@ int ss__rejoin(struct ss_sync *s, int h)
 		    !ss_fabric_peer_ok(s->fabric, h))
 			goto err;
 		ss__pump(s, 1);
-		if (!ss_read_view(s, h, &view) ||
+		if (!ss__read_view(s, h, &view) ||
 		    !(be32toh(view.in_barrier) & SS_STATE_IN_BARRIER))
 			continue;
 		k = be32toh(view.in_barrier) & ~SS_STATE_IN_BARRIER;

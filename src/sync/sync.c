@@ -75,8 +75,10 @@ static size_t ss_region_floats(int region, size_t n, int world)
 		return 2 * (n + (size_t)world) + 2 * (size_t)world;
 	case SS_R_STATE:
 		return sizeof(struct ss__state) / sizeof(float);
-	case SS_R_SNAP: /* and the word a barrier sends */
-		return n + 1;
+	case SS_R_SNAP: /* and the word a barrier sends, then a peer's
+			 * state as READ (ss__view_off) */
+		return (ss__view_off(n) + sizeof(struct ss__state)) /
+		       sizeof(float);
 	case SS_R_CLAIMS: /* the counter and a word per claim in flight */
 		return 2 * (1 + SS_CLAIM_SLOTS);
 	default: /* PARAMS, AVG, CENTER */

@@ -30,11 +30,22 @@ enum {
  * has begun means the job runs already and the newcomer joins (reseeds)
  * rather than starting with the others.  Big-endian.
  */
+#define SS_STATE_WORDS (SS_FABRIC_MAX_PEERS / 64)
 struct ss__state {
 	uint32_t began; /* SS_STATE_BEGAN once past ss_sync_begin */
 	uint32_t lowest; /* the lowest rank among our members */
 	uint32_t in_barrier; /* SS_STATE_IN_BARRIER | its number, or 0 */
 	uint32_t reserved;
+	/*
+	 * A barrier's agreement on its members (barrier.c), a slot per
+	 * parity of its number: a peer may be a barrier ahead.  Each tag is
+	 * SS_STATE_IN_BARRIER | the barrier's number once its set is written.
+	 */
+	struct {
+		uint32_t came_tag, decided_tag;
+		uint64_t came[SS_STATE_WORDS]; /* bit p: p came, as we saw */
+		uint64_t members[SS_STATE_WORDS]; /* the lowest's decision */
+	} agree[2];
 };
 #define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
 #define SS_STATE_IN_BARRIER 0x80000000u
@@ -379,6 +390,20 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
 
 /* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
 int ss__barrier(struct ss_sync *s);
+
+/* ss__view_off() - where in SNAP a peer's state is READ to: past the n
+ * floats and the barrier's word, 64-byte aligned. */
+static inline size_t ss__view_off(size_t n)
+{
+	return ((n + 1) * sizeof(float) + 63) & ~(size_t)63;
+}
+
+/*
+ * ss__read_view() - READ @p's state (struct ss__state) into @view, and
+ * wait for it: false when it did not come.  With fabric_lock held, no
+ * send in flight reading SNAP's view area.
+ */
+bool ss__read_view(struct ss_sync *s, int p, struct ss__state *view);
 
 /*
  * ss__cut_off_through() - after a partition healed: a peer back on a new
