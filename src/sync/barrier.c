@@ -145,8 +145,9 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 	for (int p = 0; p < s->world; p++)
 		if (came[p] || p == s->rank)
 			ss_set_bit(s->state->agree[slot].came, p);
-	atomic_thread_fence(memory_order_release);
-	s->state->agree[slot].came_tag = tag;
+	/* the set before its tag, for a READ that sees the tag */
+	__atomic_store_n(&s->state->agree[slot].came_tag, tag,
+			 __ATOMIC_RELEASE);
 	for (int p = 0; p < s->rank; p++)
 		if (came[p]) {
 			decider = p;
@@ -212,8 +213,8 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 	for (int p = 0; p < s->world; p++)
 		if (came[p] || p == s->rank)
 			ss_set_bit(s->state->agree[slot].members, p);
-	atomic_thread_fence(memory_order_release);
-	s->state->agree[slot].decided_tag = tag;
+	__atomic_store_n(&s->state->agree[slot].decided_tag, tag,
+			 __ATOMIC_RELEASE);
 }
 
 /*
