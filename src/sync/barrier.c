@@ -83,8 +83,25 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 			if (!ss__got(s, SS_MSG_BARRIER_DONE, p))
 				all = false;
 		}
-		if (!all && ss_deadline_passed(deadline))
+		if (!all && ss_deadline_passed(deadline)) {
+			/* what each peer had done, for the log */
+			for (int p = 0; p < s->world; p++)
+				if (p != s->rank)
+					ss_log_debug(
+						"sync: barrier %u, second half: "
+						"rank %d: expected %d, ok %d, "
+						"message %u, done %u, ours sent "
+						"%d, done sent %d, late %d",
+						s->barrier_seq, p,
+						ss__expected(s, SS_MSG_BARRIER,
+							     p),
+						ss_fabric_peer_ok(s->fabric, p),
+						s->seen[SS_MSG_BARRIER][p],
+						s->seen[SS_MSG_BARRIER_DONE][p],
+						s->barrier_sent[p],
+						done_sent[p], late[p]);
 			return -ETIMEDOUT;
+		}
 		if (!all)
 			ss__pump(s, 1);
 	} while (!all);
