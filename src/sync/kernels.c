@@ -11,9 +11,14 @@
  * SS_HOGWILD so that ThreadSanitizer does not report those races; every
  * other access (the sync layer's own state, the trainers among themselves)
  * stays checked.  The pragma keeps GCC from turning the copy loop into a
- * memcpy call, which TSan would check all the same.
+ * memcpy call, which TSan would check all the same, and has it vectorize
+ * the loops: -O2's "very cheap" cost model (GCC 12) vectorizes no loop
+ * whose length is not known to be a multiple of the vector's, so every
+ * kernel here was scalar (4 bytes an operation; 0.24x to 0.38x of memcpy
+ * with the arrays in the cache).
  */
-#pragma GCC optimize("no-tree-loop-distribute-patterns")
+#pragma GCC optimize("no-tree-loop-distribute-patterns", \
+		     "vect-cost-model=dynamic")
 
 #include <stdint.h>
 #include <string.h>
@@ -150,13 +155,23 @@ void ss__bmuf(float *restrict w_g, float *restrict momentum,
 	      float *restrict avg, size_t n, float eta, float zeta,
 	      bool nesterov)
 {
+	/* two loops, not a test in one: GCC vectorizes neither at -O2 */
+	if (nesterov) {
+		for (size_t i = 0; i < n; i++) {
+			float g = avg[i] - (w_g[i] + eta * momentum[i]);
+
+			momentum[i] = eta * momentum[i] + zeta * g;
+			w_g[i] += momentum[i];
+			avg[i] = w_g[i] + eta * momentum[i];
+		}
+		return;
+	}
 	for (size_t i = 0; i < n; i++) {
-		float start = nesterov ? w_g[i] + eta * momentum[i] : w_g[i];
-		float g = avg[i] - start;
+		float g = avg[i] - w_g[i];
 
 		momentum[i] = eta * momentum[i] + zeta * g;
 		w_g[i] += momentum[i];
-		avg[i] = nesterov ? w_g[i] + eta * momentum[i] : w_g[i];
+		avg[i] = w_g[i];
 	}
 }
 
