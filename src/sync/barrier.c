@@ -119,6 +119,18 @@ static void ss_set_bit(uint64_t *set, int p)
 	set[p / 64] = htobe64(be64toh(set[p / 64]) | 1ull << (p % 64));
 }
 
+/* @came and ourselves into @set in our state, then @tag into *@tag_at:
+ * the set before its tag, for a READ that sees the tag. */
+static void ss_publish(struct ss_sync *s, const bool *came, uint64_t *set,
+		       uint32_t *tag_at, uint32_t tag)
+{
+	memset(set, 0, SS_STATE_WORDS * sizeof(*set));
+	for (int p = 0; p < s->world; p++)
+		if (came[p] || p == s->rank)
+			ss_set_bit(set, p);
+	__atomic_store_n(tag_at, tag, __ATOMIC_RELEASE);
+}
+
 /* Poll @p's state until its slot of this barrier holds @tag in @field's
  * place (came or decided); false when @p failed or @deadline passed. */
 static bool ss_wait_view(struct ss_sync *s, int p, bool decided,
@@ -158,13 +170,8 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 	struct ss__state view;
 	uint64_t *sets;
 
-	memset(s->state->agree[slot].came, 0, sizeof(view.agree[0].came));
-	for (int p = 0; p < s->world; p++)
-		if (came[p] || p == s->rank)
-			ss_set_bit(s->state->agree[slot].came, p);
-	/* the set before its tag, for a READ that sees the tag */
-	__atomic_store_n(&s->state->agree[slot].came_tag, tag,
-			 __ATOMIC_RELEASE);
+	ss_publish(s, came, s->state->agree[slot].came,
+		   &s->state->agree[slot].came_tag, tag);
 	for (int p = 0; p < s->rank; p++)
 		if (came[p]) {
 			decider = p;
@@ -226,12 +233,8 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 				}
 	}
 	free(sets);
-	memset(s->state->agree[slot].members, 0, sizeof(view.agree[0].members));
-	for (int p = 0; p < s->world; p++)
-		if (came[p] || p == s->rank)
-			ss_set_bit(s->state->agree[slot].members, p);
-	__atomic_store_n(&s->state->agree[slot].decided_tag, tag,
-			 __ATOMIC_RELEASE);
+	ss_publish(s, came, s->state->agree[slot].members,
+		   &s->state->agree[slot].decided_tag, tag);
 }
 
 /*
