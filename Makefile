@@ -43,6 +43,9 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(O)/obj/%.o)
 CMD_OBJS := $(CMD_SRCS:%.c=$(O)/obj/%.o)
 TEST_BINS := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 PERF_BINS := $(PERF_SRCS:perf/%.c=$(O)/perf/%)
+# The SimGrid simulator (perf/sim): its own program, on libsimgrid only.
+SIM_SRCS := $(sort $(wildcard perf/sim/*.c))
+SIM := $(O)/sim/ss-sim
 
 STATIC_LIB := $(O)/lib/libshadowsync.a
 SHARED_LIB := $(O)/lib/libshadowsync.so
@@ -65,6 +68,9 @@ CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
 # one-node Slurm the script starts itself (root; skipped otherwise)
 LAUNCHER_TESTS := tests/launchers/mpirun tests/launchers/srun
 
+# The simulator's messages and failures against the algorithms' counts
+SIM_TESTS := tests/sim/messages tests/sim/node-lost
+
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
@@ -73,9 +79,9 @@ TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
 
 .PHONY: all lib command tests perf check test deps format format-check \
 	install uninstall clean help demo demo-rxe perf-deps fuzz fuzz-deps \
-	fuzz-bins fuzz-replay
+	fuzz-bins fuzz-replay sim
 
-all: lib command tests perf
+all: lib command tests perf $(SIM)
 
 lib: $(STATIC_LIB) $(SHARED_LIB)
 command: $(COMMAND)
@@ -166,6 +172,10 @@ $(O)/perf/%: $(O)/obj/perf/%.o $(STATIC_LIB)
 	@mkdir -p $(@D)
 	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SS_LIBS)
 
+$(SIM): $(SIM_SRCS:%.c=$(O)/obj/%.o)
+	@mkdir -p $(@D)
+	$(CC) $(SAN) $(CFLAGS) $(LDFLAGS) -o $@ $^ -lsimgrid -lm
+
 # The tests run against the command too, so build it first.
 $(TEST_BINS): | $(COMMAND)
 
@@ -190,6 +200,8 @@ test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run \
 		--label launchers --scripts $(LAUNCHER_TESTS)
+	@SS_TEST_TALLY=$(O)/test-tally SS_SIM=$(SIM) tests/run \
+		--label sim --scripts $(SIM_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)
@@ -224,6 +236,15 @@ fuzz: fuzz-deps
 
 fuzz-deps:
 	@tools/install-deps --fuzz
+
+# ---- scale, simulated --------------------------------------------------------
+
+# The default scenario of the SimGrid simulator (perf/sim/sweep --help):
+# shadow and foreground S-MA, flat and hierarchical, on 8 to 64 HDR nodes,
+# CSV and plots in $(O)/sim.  Calibrated by perf/sim/calibrate.
+sim: deps
+	@$(MAKE) --no-print-directory -j$$(nproc) $(SIM)
+	@perf/sim/sweep --out $(O)/sim $(SIM_ARGS)
 
 # ---- the main job -----------------------------------------------------------
 
@@ -269,7 +290,7 @@ uninstall:
 # ---- housekeeping ---------------------------------------------------------
 
 FORMAT_FILES = $(wildcard include/shadowsync/*.h src/*/*.[ch] \
-	tools/shadowsync/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] perf/*.[ch])
+	tools/shadowsync/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] perf/*.[ch] perf/sim/*.[ch])
 
 format:
 	clang-format -i $(FORMAT_FILES)
@@ -285,6 +306,7 @@ help:
 	@echo "make              build the library, the command, tests and perf programs"
 	@echo "make demo         the main job: train four ways, print one comparison table"
 	@echo "make demo-rxe     its 4-node shadow S-MA line over verbs on 4 soft-RoCE guests"
+	@echo "make sim          simulate 8 to 64 nodes on SimGrid: CSV and plots in build/sim"
 	@echo "make check        install missing packages, then run every test"
 	@echo "make deps         install missing Debian packages (root) or print the command"
 	@echo "make perf-deps    the same, and PyTorch for perf/vs-torch"
@@ -298,4 +320,4 @@ help:
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
 	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d) \
 	$(TEST_HELPERS:%=$(O)/obj/tests/%.d) $(CRITERION_HELPERS:%=$(O)/obj/tests/%.d) \
-	$(wildcard $(O)/obj/tests/fuzz/*.d)
+	$(wildcard $(O)/obj/tests/fuzz/*.d) $(wildcard $(O)/obj/perf/sim/*.d)

@@ -1,0 +1,367 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * A simulated node: T trainer actors, one shadow actor (shadow mode; in
+ * the foreground the last trainer at the node's barrier runs the round),
+ * and a NIC actor that answers one-sided READs without the node's CPU, as
+ * an RDMA NIC does.  Writes are puts to the peer's inbox, whose permanent
+ * receiver is its shadow: the transfer runs without the peer taking part,
+ * and the shadow finds it there when it looks.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <simgrid/actor.h>
+#include <simgrid/comm.h>
+#include <simgrid/engine.h>
+#include <simgrid/exec.h>
+#include <simgrid/host.h>
+#include <simgrid/mailbox.h>
+
+#include "sim.h"
+
+/* SimGrid's flops stand for CPU seconds: every host runs at 1 Gf/s. */
+#define SIM_FLOPS 1e9
+#define SIM_READ_REQ_BYTES 64
+
+double sim_now(void)
+{
+	return simgrid_get_clock();
+}
+
+double sim_uniform(struct sim_node *nd)
+{
+	/* xorshift64: reproducible with --seed, one stream a node */
+	nd->rng ^= nd->rng << 13;
+	nd->rng ^= nd->rng >> 7;
+	nd->rng ^= nd->rng << 17;
+	return ((double)(nd->rng >> 11) + 0.5) / 9007199254740992.0;
+}
+
+/* A log-normal factor of mean 1 and log-spread @sigma. */
+static double sim_lognormal(struct sim_node *nd, double sigma)
+{
+	double u = sim_uniform(nd), v = sim_uniform(nd);
+	double z = sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+
+	return sigma > 0 ? exp(sigma * z - sigma * sigma / 2) : 1.0;
+}
+
+bool sim_peer_failed(int peer)
+{
+	const struct sim_cfg *c = &sim.cfg;
+
+	return sim.nodes[peer].lost && sim_now() >= c->lose_at_s + c->detect_s;
+}
+
+void sim_cpu(struct sim_node *nd, double seconds, bool kernel)
+{
+	if (seconds <= 0)
+		return;
+	nd->kernels_running += kernel;
+	sg_actor_execute(seconds * SIM_FLOPS);
+	nd->kernels_running -= kernel;
+}
+
+/* The rank whose inbox or NIC @box is (their names end in it). */
+static int sim_owner(sg_mailbox_t box)
+{
+	const char *name = sg_mailbox_get_name(box);
+
+	return atoi(strrchr(name, '-') + 1);
+}
+
+static void sim_free_msg(void *m)
+{
+	free(m);
+}
+
+static void sim_put(sg_mailbox_t to, int type, int from, uint32_t round,
+		    double bytes, double wire_bytes)
+{
+	struct sim_msg *m;
+
+	/* A powered-off host: the write retries and fails at the sender's
+	 * NIC (the survivors learn it from --detect-s); nothing arrives. */
+	if (sim.nodes[sim_owner(to)].lost)
+		return;
+	m = malloc(sizeof(*m));
+
+	if (!m) {
+		fprintf(stderr, "ss-sim: out of memory\n");
+		exit(1);
+	}
+	*m = (struct sim_msg){ type, from, round, bytes };
+	sg_comm_detach(sg_mailbox_put_init(to, m, (long)wire_bytes),
+		       sim_free_msg);
+}
+
+/*
+ * A WRITE_WITH_IMM of @bytes to @peer's inbox.  Posting costs the CPU
+ * msg_cpu_s; over shm the poster also copies the bytes itself
+ * (src/fabric/shm.c), so the copy is its CPU time and the wire is free.
+ */
+void sim_send(struct sim_node *nd, int peer, int type, double bytes)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	double cpu = c->msg_cpu_s;
+
+	if (c->plat.shared_host)
+		cpu += 2 * bytes / c->copy_bps;
+	sim_cpu(nd, cpu, c->plat.shared_host);
+	sim_put(sim.nodes[peer].inbox, type, nd->rank, nd->round, bytes,
+		c->plat.shared_host ? 0 : bytes);
+	nd->bytes_sent += (uint64_t)bytes;
+	nd->msgs_sent++;
+}
+
+/* A READ of @bytes from @peer: its NIC answers into our inbox. */
+void sim_read(struct sim_node *nd, int peer, double bytes)
+{
+	const struct sim_cfg *c = &sim.cfg;
+
+	if (c->plat.shared_host) { /* the reader copies, no NIC */
+		sim_cpu(nd, c->msg_cpu_s + 2 * bytes / c->copy_bps, true);
+		sim_put(nd->inbox, SIM_READ_REPLY, peer, nd->round, bytes, 0);
+		sim.nodes[peer].bytes_sent += (uint64_t)bytes; /* as its NIC */
+		sim.nodes[peer].msgs_sent++;
+		return;
+	}
+	sim_cpu(nd, c->msg_cpu_s, false);
+	sim_put(sim.nodes[peer].nic, SIM_READ_REQ, nd->rank, nd->round, bytes,
+		SIM_READ_REQ_BYTES);
+}
+
+/* Count a message that came for a later round than ours, for then. */
+static void sim_keep_early(struct sim_node *nd, const struct sim_msg *m)
+{
+	struct sim_early *e = &nd->early[m->type][m->round % 4];
+
+	if (e->round != m->round) {
+		e->round = m->round;
+		e->count = 0;
+	}
+	e->count++;
+}
+
+static int sim_take_early(struct sim_node *nd, int type)
+{
+	struct sim_early *e = &nd->early[type][nd->round % 4];
+	int n = 0;
+
+	if (e->round == nd->round) {
+		n = e->count;
+		e->count = 0;
+	}
+	return n;
+}
+
+/*
+ * Wait until @want messages of @type for this round have come, or until
+ * @deadline; returns how many came.  Messages of older rounds are dropped
+ * (their round left them out), later ones kept for their round.
+ */
+int sim_await(struct sim_node *nd, int type, int want, double deadline)
+{
+	int got = sim_take_early(nd, type);
+	sg_exec_t spin = NULL;
+
+	/* Over shm the waiting poll spins on its core (src/sync/messages.c),
+	 * taking its share of the machine from the trainers. */
+	if (sim.cfg.plat.shared_host && got < want) {
+		spin = sg_actor_exec_async(1e18);
+	}
+
+	while (got < want) {
+		double left = deadline - sim_now();
+		struct sim_msg *m;
+		void *data;
+		sg_comm_t comm;
+
+		if (left <= 0)
+			break;
+		comm = sg_mailbox_get_async(nd->inbox, &data);
+		if (sg_comm_wait_for(comm, left) != SG_OK)
+			break;
+		m = data;
+		if (m->type == type && m->round == nd->round)
+			got++;
+		else if ((int32_t)(m->round - nd->round) > 0 ||
+			 (m->round == nd->round))
+			sim_keep_early(nd, m);
+		free(m);
+	}
+	if (spin)
+		sg_exec_cancel(spin);
+	if (sim_now() <= sim.cfg.duration_s)
+		nd->left_out += (uint64_t)(want - got);
+	return got;
+}
+
+void sim_record_round(double seconds)
+{
+	/* 100 buckets a decade from 1 us: 2.3 % wide */
+	int b = seconds <= 1e-6 ? 0 : (int)(log10(seconds / 1e-6) * 100);
+
+	if (b >= SIM_HIST)
+		b = SIM_HIST - 1;
+	sim.round_hist[b]++;
+	sim.round_count++;
+}
+
+/* The NIC: answers READ requests from the node's memory, no CPU. */
+static void sim_nic(int argc, char **argv)
+{
+	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
+
+	for (;;) {
+		struct sim_msg *m = sg_mailbox_get(nd->nic);
+
+		sim_put(sim.nodes[m->from].inbox, SIM_READ_REPLY, nd->rank,
+			m->round, m->bytes, m->bytes);
+		nd->bytes_sent += (uint64_t)m->bytes;
+		nd->msgs_sent++;
+		free(m);
+	}
+}
+
+static void sim_shadow(int argc, char **argv)
+{
+	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
+
+	const struct sim_cfg *c = &sim.cfg;
+	uint64_t started = 0;
+
+	sg_mailbox_set_receiver(sg_mailbox_get_name(nd->inbox));
+	while (sim_now() < c->duration_s) {
+		double t0 = sim_now();
+
+		sim_round(nd);
+		started++;
+		if (sim_now() <= c->duration_s) {
+			nd->rounds++;
+			sim_record_round(sim_now() - t0);
+		}
+		if (c->max_rounds_per_s > 0) /* train --max-rounds-per-s */
+			sg_actor_sleep_until((double)started /
+					     c->max_rounds_per_s);
+	}
+}
+
+static double sim_step_time(struct sim_node *nd)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	double t = c->step_s * sim_lognormal(nd, c->step_sigma);
+
+	if (nd->slow)
+		t *= c->slow_factor;
+	if (nd->kernels_running)
+		t *= 1 + c->interference;
+	return t;
+}
+
+/*
+ * The foreground: every K steps the node's trainers meet; the last to come
+ * runs the round while the others wait at the barrier (actors do not
+ * preempt each other, so the count needs no lock).  False once the job is
+ * over.
+ */
+static bool sim_foreground_round(struct sim_node *nd)
+{
+	if (++nd->fg_arrived == sim.cfg.threads) {
+		double t0 = sim_now();
+
+		nd->fg_arrived = 0;
+		sim_round(nd);
+		if (sim_now() <= sim.cfg.duration_s) {
+			nd->rounds++;
+			sim_record_round(sim_now() - t0);
+		}
+		nd->stop = sim_now() >= sim.cfg.duration_s;
+	}
+	sg_barrier_wait(nd->barrier);
+	return !nd->stop;
+}
+
+static void sim_trainer(int argc, char **argv)
+{
+	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
+	const struct sim_cfg *c = &sim.cfg;
+	long mine = 0;
+
+	if (c->foreground) /* the round runs on one of us */
+		sg_mailbox_set_receiver(sg_mailbox_get_name(nd->inbox));
+	for (;;) {
+		if (!c->foreground && sim_now() >= c->duration_s)
+			break;
+		sim_cpu(nd, sim_step_time(nd), false);
+		if (sim_now() <= c->duration_s)
+			nd->steps++;
+		if (c->foreground && ++mine % c->sync_every == 0 &&
+		    !sim_foreground_round(nd))
+			break;
+	}
+}
+
+/* Powers the lost node's host off at its time, as a host that dies. */
+static void sim_killer(int argc, char **argv)
+{
+	struct sim_node *nd = &sim.nodes[sim.cfg.lose_node];
+
+	(void)argc;
+	(void)argv;
+	sg_actor_sleep_until(sim.cfg.lose_at_s);
+	nd->lost = true;
+	if (sim.cfg.verbose)
+		fprintf(stderr, "ss-sim: node %d powered off at %.3f s\n",
+			nd->rank, sim_now());
+	sg_host_turn_off(nd->host);
+}
+
+static void sim_spawn(const char *what, int rank, sg_host_t host,
+		      void (*code)(int, char **), bool daemon)
+{
+	char name[48], arg[16];
+	const char *argv[] = { name, arg };
+	sg_actor_t a;
+
+	snprintf(name, sizeof(name), "%s-%d", what, rank);
+	snprintf(arg, sizeof(arg), "%d", rank);
+	a = sg_actor_init(name, host);
+	sg_actor_start(a, code, 2, (char **)argv);
+	if (daemon)
+		sg_actor_daemonize(a);
+}
+
+void sim_start_nodes(void)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	sg_host_t *hosts = sg_host_list();
+
+	for (int r = 0; r < c->nodes; r++) {
+		struct sim_node *nd = &sim.nodes[r];
+		char name[32];
+
+		nd->rank = r;
+		nd->host = c->plat.shared_host ? hosts[0] : hosts[r];
+		snprintf(name, sizeof(name), "inbox-%d", r);
+		nd->inbox = sg_mailbox_by_name(name);
+		snprintf(name, sizeof(name), "nic-%d", r);
+		nd->nic = sg_mailbox_by_name(name);
+		nd->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)c->seed << 20) ^
+			  (uint64_t)(r + 1);
+		nd->slow = sim_uniform(nd) < c->slow_frac;
+		if (c->foreground)
+			nd->barrier = sg_barrier_init((unsigned)c->threads);
+		for (int t = 0; t < c->threads; t++)
+			sim_spawn("trainer", r, nd->host, sim_trainer, false);
+		if (!c->foreground && c->algo != SIM_NONE)
+			sim_spawn("shadow", r, nd->host, sim_shadow, false);
+		if (!c->plat.shared_host)
+			sim_spawn("nic", r, nd->host, sim_nic, true);
+	}
+	if (c->lose_node >= 0)
+		sim_spawn("killer", c->lose_node, hosts[0], sim_killer, true);
+	free(hosts);
+}
