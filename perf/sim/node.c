@@ -64,6 +64,27 @@ void sim_cpu(struct sim_node *nd, double seconds, bool kernel)
 	nd->kernels_running -= kernel;
 }
 
+/*
+ * Over shm with more runnable threads than cores, a message is seen only
+ * once its receiver (and before it, its sender) is scheduled: each waits
+ * for the scheduler's next slice with probability 1 - cores/runnable.
+ * Drawn as an exponential of mean slice (1 - cores/runnable), a wait for
+ * k peers lasts as long as the last of k draws, as the shadow's waiting
+ * poll does (it spins, sched_yield()ing, until the last has written).
+ */
+static double sim_sched_delay(struct sim_node *nd)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	int shadow = !c->foreground && c->algo != SIM_NONE;
+	double runnable = (double)c->nodes * (c->threads + shadow), mean;
+
+	if (!c->plat.shared_host || runnable <= c->cores ||
+	    c->sched_slice_s <= 0)
+		return 0;
+	mean = c->sched_slice_s * (1 - c->cores / runnable);
+	return -mean * log(sim_uniform(nd));
+}
+
 /* The rank whose inbox or NIC @box is (their names end in it). */
 static int sim_owner(sg_mailbox_t box)
 {
@@ -92,7 +113,8 @@ static void sim_put(sg_mailbox_t to, int type, int from, uint32_t round,
 		fprintf(stderr, "ss-sim: out of memory\n");
 		exit(1);
 	}
-	*m = (struct sim_msg){ type, from, round, bytes };
+	*m = (struct sim_msg){ type, from, round, bytes,
+			       sim_now() + sim_sched_delay(&sim.nodes[from]) };
 	sg_comm_detach(sg_mailbox_put_init(to, m, (long)wire_bytes),
 		       sim_free_msg);
 }
@@ -165,6 +187,7 @@ static int sim_take_early(struct sim_node *nd, int type)
 int sim_await(struct sim_node *nd, int type, int want, double deadline)
 {
 	int got = sim_take_early(nd, type);
+	double seen = 0; /* when the last counted message is seen */
 	sg_exec_t spin = NULL;
 
 	/* Over shm the waiting poll spins on its core (src/sync/messages.c),
@@ -185,13 +208,17 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 		if (sg_comm_wait_for(comm, left) != SG_OK)
 			break;
 		m = data;
-		if (m->type == type && m->round == nd->round)
+		if (m->type == type && m->round == nd->round) {
 			got++;
-		else if ((int32_t)(m->round - nd->round) > 0 ||
-			 (m->round == nd->round))
+			if (m->ready_at > seen)
+				seen = m->ready_at;
+		} else if ((int32_t)(m->round - nd->round) > 0 ||
+			   (m->round == nd->round))
 			sim_keep_early(nd, m);
 		free(m);
 	}
+	if (seen > sim_now())
+		sg_actor_sleep_until(seen < deadline ? seen : deadline);
 	if (spin)
 		sg_exec_cancel(spin);
 	if (sim_now() <= sim.cfg.duration_s)

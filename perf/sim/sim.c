@@ -87,7 +87,7 @@ static int sim_number(const char *opt, const char *s, double lo, double hi,
 /*
  * The calibration file: "step SHAPE THREADS STEP_US SIGMA N_FLOATS BATCH"
  * lines, measured by perf/sim/calibrate, and "memory COPY_GBS KERNEL_GBS",
- * "interference X", "msg-cpu-us X".
+ * "interference X", "msg-cpu-us X", "sched-slice-ms X".
  */
 static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 			 bool have_step)
@@ -128,10 +128,12 @@ static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 			c->interference = a;
 		} else if (sscanf(line, "msg-cpu-us %lf", &a) == 1) {
 			c->msg_cpu_s = a * 1e-6;
+		} else if (sscanf(line, "sched-slice-ms %lf", &a) == 1) {
+			c->sched_slice_s = a * 1e-3;
 		} else {
 			fprintf(stderr,
 				"ss-sim: %s:%d: not a calibration line "
-				"(step, memory, interference, msg-cpu-us)\n",
+				"(step, memory, interference, msg-cpu-us, sched-slice-ms)\n",
 				path, lineno);
 			fclose(f);
 			return -1;

@@ -37,6 +37,7 @@ struct sim_msg {
 	int type, from;
 	uint32_t round;
 	double bytes;
+	double ready_at; /* shm: when its receiver is scheduled to see it */
 };
 
 /* The platform a job runs on: its links and how hosts share them. */
@@ -70,6 +71,7 @@ struct sim_cfg {
 	double kernel_bps;
 	double msg_cpu_s; /* CPU time to post and complete one message */
 	double interference; /* trainer slowdown while shadow kernels run */
+	double sched_slice_s; /* shm: the scheduler's time slice (see node.c) */
 	unsigned seed;
 	bool verbose;
 };
