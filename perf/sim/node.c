@@ -98,25 +98,40 @@ static void sim_free_msg(void *m)
 	free(m);
 }
 
-static void sim_put(sg_mailbox_t to, int type, int from, uint32_t round,
-		    double bytes, double wire_bytes)
+/*
+ * A message to @to.  Data (@win: its sender's window) is in flight at most
+ * SIM_WINDOW at a time from one sender, as a NIC streams its send queue:
+ * a node's link carries a few flows, not N - 1, which would cost SimGrid's
+ * bandwidth sharing N^2 flows an all-to-all phase for the same link time.
+ * Without @win (a READ request) it goes and is forgotten.
+ */
+static void sim_put(struct sim_window *win, sg_mailbox_t to, int type, int from,
+		    uint32_t round, double bytes, double wire_bytes)
 {
 	struct sim_msg *m;
+	sg_comm_t comm;
 
 	/* A powered-off host: the write retries and fails at the sender's
 	 * NIC (the survivors learn it from --detect-s); nothing arrives. */
 	if (sim.nodes[sim_owner(to)].lost)
 		return;
 	m = malloc(sizeof(*m));
-
 	if (!m) {
 		fprintf(stderr, "ss-sim: out of memory\n");
 		exit(1);
 	}
 	*m = (struct sim_msg){ type, from, round, bytes,
 			       sim_now() + sim_sched_delay(&sim.nodes[from]) };
-	sg_comm_detach(sg_mailbox_put_init(to, m, (long)wire_bytes),
-		       sim_free_msg);
+	if (!win) {
+		sg_comm_detach(sg_mailbox_put_init(to, m, (long)wire_bytes),
+			       sim_free_msg);
+		return;
+	}
+	comm = win->comms[win->next];
+	if (comm)
+		sg_comm_wait(comm); /* a failure: the peer died with it */
+	win->comms[win->next] = sg_mailbox_put_async(to, m, (long)wire_bytes);
+	win->next = (win->next + 1) % SIM_WINDOW;
 }
 
 /*
@@ -132,10 +147,12 @@ void sim_send(struct sim_node *nd, int peer, int type, double bytes)
 	if (c->plat.shared_host)
 		cpu += 2 * bytes / c->copy_bps;
 	sim_cpu(nd, cpu, c->plat.shared_host);
-	sim_put(sim.nodes[peer].inbox, type, nd->rank, nd->round, bytes,
-		c->plat.shared_host ? 0 : bytes);
+	sim_put(&nd->sends, sim.nodes[peer].inbox, type, nd->rank, nd->round,
+		bytes, c->plat.shared_host ? 0 : bytes);
 	nd->bytes_sent += (uint64_t)bytes;
 	nd->msgs_sent++;
+	if (sim_now() <= c->duration_s)
+		nd->bytes_measured += bytes;
 }
 
 /* A READ of @bytes from @peer: its NIC answers into our inbox. */
@@ -145,14 +162,15 @@ void sim_read(struct sim_node *nd, int peer, double bytes)
 
 	if (c->plat.shared_host) { /* the reader copies, no NIC */
 		sim_cpu(nd, c->msg_cpu_s + 2 * bytes / c->copy_bps, true);
-		sim_put(nd->inbox, SIM_READ_REPLY, peer, nd->round, bytes, 0);
+		sim_put(&nd->sends, nd->inbox, SIM_READ_REPLY, peer, nd->round,
+			bytes, 0);
 		sim.nodes[peer].bytes_sent += (uint64_t)bytes; /* as its NIC */
 		sim.nodes[peer].msgs_sent++;
 		return;
 	}
 	sim_cpu(nd, c->msg_cpu_s, false);
-	sim_put(sim.nodes[peer].nic, SIM_READ_REQ, nd->rank, nd->round, bytes,
-		SIM_READ_REQ_BYTES);
+	sim_put(NULL, sim.nodes[peer].nic, SIM_READ_REQ, nd->rank, nd->round,
+		bytes, SIM_READ_REQ_BYTES);
 }
 
 /* Count a message that came for a later round than ours, for then. */
@@ -226,6 +244,21 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 	return got;
 }
 
+/* A round done from @t0 to now: counted when within the measured time;
+ * rank 0's --rounds-th ends that time. */
+void sim_round_done(struct sim_node *nd, double t0)
+{
+	struct sim_cfg *c = &sim.cfg;
+
+	if (sim_now() > c->duration_s)
+		return;
+	nd->rounds++;
+	sim_record_round(sim_now() - t0);
+	if (c->end_rounds && nd->rank == 0 &&
+	    nd->rounds >= (uint64_t)c->end_rounds)
+		c->duration_s = sim_now();
+}
+
 void sim_record_round(double seconds)
 {
 	/* 100 buckets a decade from 1 us: 2.3 % wide */
@@ -245,8 +278,8 @@ static void sim_nic(int argc, char **argv)
 	for (;;) {
 		struct sim_msg *m = sg_mailbox_get(nd->nic);
 
-		sim_put(sim.nodes[m->from].inbox, SIM_READ_REPLY, nd->rank,
-			m->round, m->bytes, m->bytes);
+		sim_put(&nd->nic_sends, sim.nodes[m->from].inbox,
+			SIM_READ_REPLY, nd->rank, m->round, m->bytes, m->bytes);
 		nd->bytes_sent += (uint64_t)m->bytes;
 		nd->msgs_sent++;
 		free(m);
@@ -266,10 +299,7 @@ static void sim_shadow(int argc, char **argv)
 
 		sim_round(nd);
 		started++;
-		if (sim_now() <= c->duration_s) {
-			nd->rounds++;
-			sim_record_round(sim_now() - t0);
-		}
+		sim_round_done(nd, t0);
 		if (c->max_rounds_per_s > 0) /* train --max-rounds-per-s */
 			sg_actor_sleep_until((double)started /
 					     c->max_rounds_per_s);
@@ -301,10 +331,7 @@ static bool sim_foreground_round(struct sim_node *nd)
 
 		nd->fg_arrived = 0;
 		sim_round(nd);
-		if (sim_now() <= sim.cfg.duration_s) {
-			nd->rounds++;
-			sim_record_round(sim_now() - t0);
-		}
+		sim_round_done(nd, t0);
 		nd->stop = sim_now() >= sim.cfg.duration_s;
 	}
 	sg_barrier_wait(nd->barrier);
@@ -320,11 +347,17 @@ static void sim_trainer(int argc, char **argv)
 	if (c->foreground) /* the round runs on one of us */
 		sg_mailbox_set_receiver(sg_mailbox_get_name(nd->inbox));
 	for (;;) {
-		if (!c->foreground && sim_now() >= c->duration_s)
+		double t0 = sim_now(), t1;
+
+		if (!c->foreground && t0 >= c->duration_s)
 			break;
 		sim_cpu(nd, sim_step_time(nd), false);
-		if (sim_now() <= c->duration_s)
-			nd->steps++;
+		/* a step across the end counts for its part before it */
+		t1 = sim_now();
+		if (t1 <= c->duration_s)
+			nd->steps += 1;
+		else if (t0 < c->duration_s)
+			nd->steps += (c->duration_s - t0) / (t1 - t0);
 		if (c->foreground && ++mine % c->sync_every == 0 &&
 		    !sim_foreground_round(nd))
 			break;

@@ -5,10 +5,18 @@
  * kernel's time is the bytes it moves over the calibrated kernel
  * bandwidth; a wait ends when every live peer's message came, or at the
  * round deadline (--round-timeout-ms), leaving the silent ones out.
+ *
+ * A phase's messages go to the peers in shifted order (rank + 1, rank + 2,
+ * ...), where src/sync posts them from peer 0 up all at once: the NIC
+ * interleaves its queue pairs, so no peer is written by all at once; the
+ * simulator's sender has only a few in flight (node.c, sim_put), and
+ * shifting keeps them spread over the receivers likewise.
  */
 #include "sim.h"
 
 #define F 4.0 /* bytes a float */
+/* The j-th peer of a phase, in shifted order */
+#define SIM_PEER(j) ((nd->rank + (j)) % c->nodes)
 
 /* A peer a round sends to and waits for: not us, not known failed. */
 static int sim_live(const struct sim_node *nd, int p)
@@ -34,18 +42,18 @@ static void sim_round_ma(struct sim_node *nd, bool bmuf)
 	int sent = 0;
 
 	sim_cpu(nd, 2 * n / c->copy_bps, true); /* the snapshot */
-	for (int p = 0; p < c->nodes; p++)
-		if (sim_live(nd, p)) {
-			sim_send(nd, p, SIM_PART, shard);
+	for (int j = 1; j < c->nodes; j++)
+		if (sim_live(nd, SIM_PEER(j))) {
+			sim_send(nd, SIM_PEER(j), SIM_PART, shard);
 			sent++;
 		}
 	sim_await(nd, SIM_PART, sent, deadline);
 	sim_kernel(nd, (sent + 2) * shard);
 	if (bmuf) /* G, D, w_g, target: four arrays read, three written */
 		sim_kernel(nd, 7 * shard);
-	for (int p = 0; p < c->nodes; p++)
-		if (sim_live(nd, p))
-			sim_send(nd, p, SIM_AVG, shard);
+	for (int j = 1; j < c->nodes; j++)
+		if (sim_live(nd, SIM_PEER(j)))
+			sim_send(nd, SIM_PEER(j), SIM_AVG, shard);
 	sim_await(nd, SIM_AVG, sent, deadline);
 	sim_kernel(nd, 4 * n); /* w += avg - snap */
 }
@@ -67,15 +75,15 @@ static void sim_round_hma(struct sim_node *nd)
 	int sent = 0, sent_col = 0;
 
 	sim_cpu(nd, 2 * n / c->copy_bps, true);
-	for (int p = base; p < base + g; p++)
-		if (sim_live(nd, p)) {
-			sim_send(nd, p, SIM_PART, shard);
+	for (int j = 1; j < g; j++)
+		if (sim_live(nd, base + (col + j) % g)) {
+			sim_send(nd, base + (col + j) % g, SIM_PART, shard);
 			sent++;
 		}
 	sim_await(nd, SIM_PART, sent, deadline);
 	sim_kernel(nd, (sent + 2) * shard);
-	for (int k = 0; k < groups; k++) {
-		int p = k * g + col;
+	for (int j = 1; j < groups; j++) {
+		int p = (nd->rank / g + j) % groups * g + col;
 
 		if (sim_live(nd, p)) {
 			sim_send(nd, p, SIM_COL_PART, piece);
@@ -84,13 +92,16 @@ static void sim_round_hma(struct sim_node *nd)
 	}
 	sim_await(nd, SIM_COL_PART, sent_col, deadline);
 	sim_kernel(nd, (sent_col + 2) * piece);
-	for (int k = 0; k < groups; k++)
-		if (sim_live(nd, k * g + col))
-			sim_send(nd, k * g + col, SIM_COL_AVG, piece);
-	sim_await(nd, SIM_COL_AVG, sent_col, deadline);
-	for (int p = base; p < base + g; p++)
+	for (int j = 1; j < groups; j++) {
+		int p = (nd->rank / g + j) % groups * g + col;
+
 		if (sim_live(nd, p))
-			sim_send(nd, p, SIM_AVG, shard);
+			sim_send(nd, p, SIM_COL_AVG, piece);
+	}
+	sim_await(nd, SIM_COL_AVG, sent_col, deadline);
+	for (int j = 1; j < g; j++)
+		if (sim_live(nd, base + (col + j) % g))
+			sim_send(nd, base + (col + j) % g, SIM_AVG, shard);
 	sim_await(nd, SIM_AVG, sent, deadline);
 	sim_kernel(nd, 4 * n);
 }
@@ -107,16 +118,16 @@ static void sim_round_easgd(struct sim_node *nd)
 	double n = c->n_floats * F, shard = n / c->nodes;
 	int reads = 0, sent = 0;
 
-	for (int p = 0; p < c->nodes; p++)
-		if (sim_live(nd, p)) {
-			sim_read(nd, p, shard);
+	for (int j = 1; j < c->nodes; j++)
+		if (sim_live(nd, SIM_PEER(j))) {
+			sim_read(nd, SIM_PEER(j), shard);
 			reads++;
 		}
 	sim_await(nd, SIM_READ_REPLY, reads, deadline);
 	sim_kernel(nd, 4 * n); /* w, c, snap read; w, snap written */
-	for (int p = 0; p < c->nodes; p++)
-		if (sim_live(nd, p)) {
-			sim_send(nd, p, SIM_DELTA, shard);
+	for (int j = 1; j < c->nodes; j++)
+		if (sim_live(nd, SIM_PEER(j))) {
+			sim_send(nd, SIM_PEER(j), SIM_DELTA, shard);
 			sent++;
 		}
 	sim_await(nd, SIM_DELTA, sent, deadline);

@@ -54,6 +54,7 @@ static void usage(FILE *f)
 		"  --round-timeout-ms N  a round's deadline (5000, as train)\n"
 		"  --max-rounds-per-s X  cap the shadow, as train (default: none)\n"
 		"  --time S           simulated seconds measured (default 2)\n"
+		"  --rounds R         or until rank 0 has done R rounds\n"
 		"  --seed S           step-time draws (1)\n"
 		"  --csv FILE         append the figures as a CSV row\n"
 		"  -v, --verbose      SimGrid's warnings and the node loss\n"
@@ -166,8 +167,8 @@ static double sim_percentile(double q)
 static int sim_report(const char *csv, double wall_s)
 {
 	const struct sim_cfg *c = &sim.cfg;
-	double steps = 0, rounds = 0, bytes = 0, left = 0, eps, one, eff, gap,
-	       util, msgs = 0, started = 0, all_bytes = 0;
+	double steps = 0, rounds = 0, left = 0, eps, one, eff, gap, util,
+	       msgs = 0, started = 0, all_bytes = 0, bytes_measured = 0;
 	int alive = 0;
 	FILE *f;
 	struct stat st;
@@ -176,9 +177,9 @@ static int sim_report(const char *csv, double wall_s)
 	for (int r = 0; r < c->nodes; r++) {
 		const struct sim_node *nd = &sim.nodes[r];
 
-		steps += (double)nd->steps;
+		steps += nd->steps;
+		bytes_measured += nd->bytes_measured;
 		rounds += (double)nd->rounds;
-		bytes += (double)nd->bytes_sent;
 		left += (double)nd->left_out;
 		alive += !nd->lost;
 		msgs += (double)nd->msgs_sent;
@@ -194,7 +195,7 @@ static int sim_report(const char *csv, double wall_s)
 	      c->step_s;
 	eff = one > 0 ? eps / (c->nodes * one) : 0;
 	gap = rounds > 0 && c->threads ? steps / c->threads / rounds : 0;
-	util = bytes / c->nodes / c->duration_s / c->plat.link_bps;
+	util = bytes_measured / c->nodes / c->duration_s / c->plat.link_bps;
 	printf("%s %s on %d %s nodes, %d trainer(s) a node, %.0f floats: "
 	       "%.3f s simulated in %.1f s\n",
 	       c->foreground ? "foreground" : "shadow", sim_algo_names[c->algo],
@@ -275,6 +276,7 @@ int main(int argc, char **argv)
 		{ "csv", 1, 0, 'o' },
 		{ "max-rounds-per-s", 1, 0, 'R' },
 		{ "n-floats", 1, 0, 'N' },
+		{ "rounds", 1, 0, 'E' },
 		{ "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -412,6 +414,11 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			csv = optarg;
+			break;
+		case 'E':
+			if (sim_number("--rounds", optarg, 1, 1e9, &v))
+				return 2;
+			c->end_rounds = (int)v;
 			break;
 		case 'N':
 			if (sim_number("--n-floats", optarg, 1, 1e12,

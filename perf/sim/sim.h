@@ -67,6 +67,7 @@ struct sim_cfg {
 	double round_timeout_s;
 	double max_rounds_per_s; /* the shadow's cap, as train's (0: none) */
 	double duration_s; /* simulated seconds of training measured */
+	int end_rounds; /* or until rank 0 has done this many rounds */
 	double copy_bps; /* memory kernels: bytes/s the arrays move */
 	double kernel_bps;
 	double msg_cpu_s; /* CPU time to post and complete one message */
@@ -76,13 +77,22 @@ struct sim_cfg {
 	bool verbose;
 };
 
+/* Data messages a sender has in flight (node.c, sim_put). */
+#define SIM_WINDOW 4
+struct sim_window {
+	sg_comm_t comms[SIM_WINDOW];
+	int next;
+};
+
 struct sim_node {
 	int rank;
 	sg_host_t host;
 	sg_mailbox_t inbox, nic;
+	struct sim_window sends, nic_sends; /* the shadow's, the NIC's */
 	bool slow, lost;
 	int kernels_running; /* shadow kernels now, for the interference */
-	uint64_t steps; /* trainer steps done within the measured time */
+	double steps; /* trainer steps done within the measured time */
+	double bytes_measured; /* written within it */
 	uint64_t rounds; /* rounds applied within the measured time */
 	uint64_t bytes_sent, msgs_sent; /* writes, and READs answered */
 	uint64_t started; /* rounds begun, measured or not */
@@ -124,6 +134,7 @@ void sim_send(struct sim_node *nd, int peer, int type, double bytes);
 void sim_read(struct sim_node *nd, int peer, double bytes);
 int sim_await(struct sim_node *nd, int type, int want, double deadline);
 void sim_record_round(double seconds);
+void sim_round_done(struct sim_node *nd, double t0);
 double sim_uniform(struct sim_node *nd);
 
 /* rounds.c: one round of the configured algorithm on node @nd. */
