@@ -65,23 +65,25 @@ void sim_cpu(struct sim_node *nd, double seconds, bool kernel)
 }
 
 /*
- * Over shm with more runnable threads than cores, a message is seen only
- * once its receiver (and before it, its sender) is scheduled: each waits
- * for the scheduler's next slice with probability 1 - cores/runnable.
- * Drawn as an exponential of mean slice (1 - cores/runnable), a wait for
- * k peers lasts as long as the last of k draws, as the shadow's waiting
- * poll does (it spins, sched_yield()ing, until the last has written).
+ * Over shm with more threads than cores, a shadow's waiting poll yields
+ * its core (sched_yield(), src/sync/messages.c) and takes no time from
+ * the trainers; but a trainer does not yield, so a message is seen only
+ * once its receiver (and before it, its sender) gets a core back at the
+ * scheduler's next slice, with probability 1 - cores/threads.  Drawn as an
+ * exponential of mean slice (1 - cores/threads), a wait for k peers lasts
+ * as long as the last of k draws.  Without trainers the shadows yield to
+ * each other at once: no delay, only their share of the cores.
  */
 static double sim_sched_delay(struct sim_node *nd)
 {
 	const struct sim_cfg *c = &sim.cfg;
 	int shadow = !c->foreground && c->algo != SIM_NONE;
-	double runnable = (double)c->nodes * (c->threads + shadow), mean;
+	double threads = (double)c->nodes * (c->threads + shadow), mean;
 
-	if (!c->plat.shared_host || runnable <= c->cores ||
+	if (!c->plat.shared_host || !c->threads || threads <= c->cores ||
 	    c->sched_slice_s <= 0)
 		return 0;
-	mean = c->sched_slice_s * (1 - c->cores / runnable);
+	mean = c->sched_slice_s * (1 - c->cores / threads);
 	return -mean * log(sim_uniform(nd));
 }
 
@@ -206,13 +208,6 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 {
 	int got = sim_take_early(nd, type);
 	double seen = 0; /* when the last counted message is seen */
-	sg_exec_t spin = NULL;
-
-	/* Over shm the waiting poll spins on its core (src/sync/messages.c),
-	 * taking its share of the machine from the trainers. */
-	if (sim.cfg.plat.shared_host && got < want) {
-		spin = sg_actor_exec_async(1e18);
-	}
 
 	while (got < want) {
 		double left = deadline - sim_now();
@@ -237,8 +232,6 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 	}
 	if (seen > sim_now())
 		sg_actor_sleep_until(seen < deadline ? seen : deadline);
-	if (spin)
-		sg_exec_cancel(spin);
 	if (sim_now() <= sim.cfg.duration_s)
 		nd->left_out += (uint64_t)(want - got);
 	return got;

@@ -88,7 +88,7 @@ static int sim_number(const char *opt, const char *s, double lo, double hi,
 /*
  * The calibration file: "step SHAPE THREADS STEP_US SIGMA N_FLOATS BATCH"
  * lines, measured by perf/sim/calibrate, and "memory COPY_GBS KERNEL_GBS",
- * "interference X", "msg-cpu-us X", "sched-slice-ms X".
+ * "interference SHAPE X", "msg-cpu-us X", "sched-slice-ms X".
  */
 static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 			 bool have_step)
@@ -125,8 +125,10 @@ static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 		} else if (sscanf(line, "memory %lf %lf", &a, &b) == 2) {
 			c->copy_bps = a * 1e9;
 			c->kernel_bps = b * 1e9;
-		} else if (sscanf(line, "interference %lf", &a) == 1) {
-			c->interference = a;
+		} else if (sscanf(line, "interference %63s %lf", name, &a) ==
+			   2) {
+			if (strcmp(name, shape) == 0)
+				c->interference = a;
 		} else if (sscanf(line, "msg-cpu-us %lf", &a) == 1) {
 			c->msg_cpu_s = a * 1e-6;
 		} else if (sscanf(line, "sched-slice-ms %lf", &a) == 1) {
