@@ -91,7 +91,8 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 						"sync: barrier %u, second half: "
 						"rank %d: expected %d, ok %d, "
 						"message %u, done %u, ours sent "
-						"%d, done sent %d, late %d",
+						"%d, done sent %d, late %d, "
+						"in flight %d, epoch %u",
 						s->barrier_seq, p,
 						ss__expected(s, SS_MSG_BARRIER,
 							     p),
@@ -99,7 +100,10 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 						s->seen[SS_MSG_BARRIER][p],
 						s->seen[SS_MSG_BARRIER_DONE][p],
 						s->barrier_sent[p],
-						done_sent[p], late[p]);
+						done_sent[p], late[p],
+						s->in_flight[p],
+						ss_fabric_peer_epoch(s->fabric,
+								     p));
 			return -ETIMEDOUT;
 		}
 		if (!all)

@@ -105,6 +105,13 @@ static void ss_op_done(struct ss_sync *s, const struct ss_completion *c)
 	s->outstanding--;
 	if (p < 0 || p >= s->world)
 		return;
+	if (c->status && ss__counts_barriers(SS_WR_KIND(c->wr_id)))
+		ss_log_debug("sync: barrier %u: our %s to peer %d failed: %s",
+			     s->barrier_seq,
+			     SS_WR_KIND(c->wr_id) == SS_MSG_BARRIER ?
+				     "message" :
+				     "DONE",
+			     p, ss_strerror(c->status));
 	if (c->op == SS_OP_READ && c->status == 0)
 		s->reads_ok[p] = true;
 	if (c->status && SS_WR_KIND(c->wr_id) == SS_MSG_EASGD) {
