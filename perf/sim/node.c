@@ -238,7 +238,10 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 }
 
 /* A round done from @t0 to now: counted when within the measured time;
- * rank 0's --rounds-th ends that time. */
+ * rank 0's --rounds-th ends that time, once it spans SIM_MIN_STEPS
+ * trainer steps (for the examples/s). */
+#define SIM_MIN_STEPS 12
+
 void sim_round_done(struct sim_node *nd, double t0)
 {
 	struct sim_cfg *c = &sim.cfg;
@@ -248,7 +251,8 @@ void sim_round_done(struct sim_node *nd, double t0)
 	nd->rounds++;
 	sim_record_round(sim_now() - t0);
 	if (c->end_rounds && nd->rank == 0 &&
-	    nd->rounds >= (uint64_t)c->end_rounds)
+	    nd->rounds >= (uint64_t)c->end_rounds &&
+	    sim_now() >= SIM_MIN_STEPS * c->step_s)
 		c->duration_s = sim_now();
 }
 
