@@ -39,6 +39,22 @@ double sim_uniform(struct sim_node *nd)
 	return ((double)(nd->rng >> 11) + 0.5) / 9007199254740992.0;
 }
 
+/*
+ * A node's stream: splitmix64 of (seed, rank), so that neighbouring ranks'
+ * xorshift streams do not start alike (seeds that differ in low bits
+ * give xorshift64 the same first draws).
+ */
+static uint64_t sim_seed(unsigned seed, int rank)
+{
+	uint64_t z =
+		((uint64_t)seed << 32 | (uint32_t)rank) + 0x9e3779b97f4a7c15ull;
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	z ^= z >> 31;
+	return z ? z : 1; /* xorshift's one bad state */
+}
+
 /* A log-normal factor of mean 1 and log-spread @sigma. */
 static double sim_lognormal(struct sim_node *nd, double sigma)
 {
@@ -406,8 +422,7 @@ void sim_start_nodes(void)
 		nd->inbox = sg_mailbox_by_name(name);
 		snprintf(name, sizeof(name), "nic-%d", r);
 		nd->nic = sg_mailbox_by_name(name);
-		nd->rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)c->seed << 20) ^
-			  (uint64_t)(r + 1);
+		nd->rng = sim_seed(c->seed, r);
 		nd->slow = sim_uniform(nd) < c->slow_frac;
 		if (c->foreground)
 			nd->barrier = sg_barrier_init((unsigned)c->threads);
