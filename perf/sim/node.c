@@ -184,6 +184,7 @@ void sim_read(struct sim_node *nd, int peer, double bytes)
 			bytes, 0);
 		sim.nodes[peer].bytes_sent += (uint64_t)bytes; /* as its NIC */
 		sim.nodes[peer].msgs_sent++;
+		sim.nodes[peer].bytes_measured += bytes;
 		return;
 	}
 	sim_cpu(nd, c->msg_cpu_s, false);
@@ -254,10 +255,8 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 }
 
 /* A round done from @t0 to now: counted when within the measured time;
- * rank 0's --rounds-th ends that time, once it spans SIM_MIN_STEPS
- * trainer steps (for the examples/s). */
-#define SIM_MIN_STEPS 12
-
+ * rank 0's --rounds-th ends that time, once it spans --min-steps trainer
+ * steps (for the examples/s). */
 void sim_round_done(struct sim_node *nd, double t0)
 {
 	struct sim_cfg *c = &sim.cfg;
@@ -268,7 +267,7 @@ void sim_round_done(struct sim_node *nd, double t0)
 	sim_record_round(sim_now() - t0);
 	if (c->end_rounds && nd->rank == 0 &&
 	    nd->rounds >= (uint64_t)c->end_rounds &&
-	    sim_now() >= SIM_MIN_STEPS * c->step_s)
+	    sim_now() >= c->min_steps * c->step_s)
 		c->duration_s = sim_now();
 }
 
@@ -295,6 +294,8 @@ static void sim_nic(int argc, char **argv)
 			SIM_READ_REPLY, nd->rank, m->round, m->bytes, m->bytes);
 		nd->bytes_sent += (uint64_t)m->bytes;
 		nd->msgs_sent++;
+		if (sim_now() <= sim.cfg.duration_s)
+			nd->bytes_measured += m->bytes;
 		free(m);
 	}
 }

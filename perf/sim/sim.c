@@ -54,8 +54,8 @@ static void usage(FILE *f)
 		"  --round-timeout-ms N  a round's deadline (5000, as train)\n"
 		"  --max-rounds-per-s X  cap the shadow, as train (default: none)\n"
 		"  --time S           simulated seconds measured (default 2)\n"
-		"  --rounds R         or until rank 0 has done R rounds (and\n"
-		"                     the trainers 12 steps)\n"
+		"  --rounds R         or until rank 0 has done R rounds and the\n"
+		"                     trainers --min-steps K steps (12)\n"
 		"  --seed S           step-time draws (1)\n"
 		"  --csv FILE         append the figures as a CSV row\n"
 		"  -v, --verbose      SimGrid's warnings and the node loss\n"
@@ -280,6 +280,7 @@ int main(int argc, char **argv)
 		{ "max-rounds-per-s", 1, 0, 'R' },
 		{ "n-floats", 1, 0, 'N' },
 		{ "rounds", 1, 0, 'E' },
+		{ "min-steps", 1, 0, 'M' },
 		{ "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' },
 		{ 0, 0, 0, 0 }
@@ -299,6 +300,7 @@ int main(int argc, char **argv)
 			       .sync_every = 10,
 			       .slow_factor = 2,
 			       .lose_node = -1,
+			       .min_steps = 12,
 			       .detect_s = 2.5,
 			       .round_timeout_s = 5,
 			       .duration_s = 2,
@@ -417,6 +419,11 @@ int main(int argc, char **argv)
 			break;
 		case 'o':
 			csv = optarg;
+			break;
+		case 'M':
+			if (sim_number("--min-steps", optarg, 0, 1e9, &v))
+				return 2;
+			c->min_steps = (int)v;
 			break;
 		case 'E':
 			if (sim_number("--rounds", optarg, 1, 1e9, &v))

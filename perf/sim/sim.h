@@ -68,6 +68,7 @@ struct sim_cfg {
 	double max_rounds_per_s; /* the shadow's cap, as train's (0: none) */
 	double duration_s; /* simulated seconds of training measured */
 	int end_rounds; /* or until rank 0 has done this many rounds */
+	int min_steps; /* ... and the trainers this many steps */
 	double copy_bps; /* memory kernels: bytes/s the arrays move */
 	double kernel_bps;
 	double msg_cpu_s; /* CPU time to post and complete one message */
