@@ -68,8 +68,9 @@ CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
 # one-node Slurm the script starts itself (root; skipped otherwise)
 LAUNCHER_TESTS := tests/launchers/mpirun tests/launchers/srun
 
-# The simulator's messages and failures against the algorithms' counts
-SIM_TESTS := tests/sim/messages tests/sim/node-lost
+# The simulator's messages, a lost node and slow nodes, against what the
+# algorithms must give
+SIM_TESTS := tests/sim/messages tests/sim/node-lost tests/sim/stragglers
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads

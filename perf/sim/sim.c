@@ -172,7 +172,7 @@ static int sim_report(const char *csv, double wall_s)
 	const struct sim_cfg *c = &sim.cfg;
 	double steps = 0, rounds = 0, left = 0, eps, one, eff, gap, util,
 	       msgs = 0, started = 0, all_bytes = 0, bytes_measured = 0;
-	int alive = 0;
+	int alive = 0, slow = 0;
 	FILE *f;
 	struct stat st;
 	bool header;
@@ -185,6 +185,7 @@ static int sim_report(const char *csv, double wall_s)
 		rounds += (double)nd->rounds;
 		left += (double)nd->left_out;
 		alive += !nd->lost;
+		slow += nd->slow;
 		msgs += (double)nd->msgs_sent;
 		all_bytes += (double)nd->bytes_sent;
 		started += (double)nd->started;
@@ -210,8 +211,8 @@ static int sim_report(const char *csv, double wall_s)
 	       "p99 %.3g ms\n",
 	       rounds / c->nodes / c->duration_s, gap,
 	       sim_percentile(0.5) * 1e3, sim_percentile(0.99) * 1e3);
-	printf("  link use %.3f, peers left out %.0f, nodes alive %d\n", util,
-	       left, alive);
+	printf("  link use %.3f, peers left out %.0f, nodes alive %d, slow %d\n",
+	       util, left, alive, slow);
 	printf("  a round: %.2f messages, %.0f bytes sent a node\n",
 	       started > 0 ? msgs / started : 0,
 	       started > 0 ? all_bytes / started : 0);
@@ -229,10 +230,10 @@ static int sim_report(const char *csv, double wall_s)
 			"n_floats,step_us,examples_per_s,efficiency,"
 			"rounds_per_s,sync_gap,round_p50_ms,round_p99_ms,"
 			"link_use,left_out,alive,sim_s,wall_s,msgs_per_round,"
-			"bytes_per_round\n");
+			"bytes_per_round,slow\n");
 	fprintf(f,
 		"%s,%d,%d,%s,%s,%d,%d,%.0f,%.2f,%.0f,%.4f,%.2f,%.3f,%.4g,"
-		"%.4g,%.4f,%.0f,%d,%.3f,%.2f,%.3f,%.0f\n",
+		"%.4g,%.4f,%.0f,%d,%.3f,%.2f,%.3f,%.0f,%d\n",
 		c->plat.name, c->nodes, c->threads, sim_algo_names[c->algo],
 		c->foreground ? "foreground" : "shadow", c->sync_every,
 		c->group, c->n_floats, c->step_s * 1e6, eps, eff,
@@ -240,7 +241,7 @@ static int sim_report(const char *csv, double wall_s)
 		sim_percentile(0.5) * 1e3, sim_percentile(0.99) * 1e3, util,
 		left, alive, c->duration_s, wall_s,
 		started > 0 ? msgs / started : 0,
-		started > 0 ? all_bytes / started : 0);
+		started > 0 ? all_bytes / started : 0, slow);
 	return fclose(f) == 0 ? 0 : 1;
 }
 
