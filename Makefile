@@ -316,7 +316,7 @@ help:
 	@echo "make format       reformat the sources with clang-format"
 	@echo "make format-check fail when a source is not formatted"
 	@echo "make clean        remove $(O)/"
-	@echo "variables: CC CFLAGS PREFIX DESTDIR O FUZZ FUZZ_SECONDS"
+	@echo "variables: CC CFLAGS PREFIX DESTDIR O FUZZ FUZZ_SECONDS SIM_ARGS (perf/sim/sweep --help)"
 
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
 	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d) \
