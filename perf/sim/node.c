@@ -10,7 +10,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <simgrid/actor.h>
 #include <simgrid/comm.h>
@@ -30,7 +29,7 @@ double sim_now(void)
 	return simgrid_get_clock();
 }
 
-double sim_uniform(struct sim_node *nd)
+static double sim_uniform(struct sim_node *nd)
 {
 	/* xorshift64: reproducible with --seed, one stream a node */
 	nd->rng ^= nd->rng << 13;
@@ -103,35 +102,28 @@ static double sim_sched_delay(struct sim_node *nd)
 	return -mean * log(sim_uniform(nd));
 }
 
-/* The rank whose inbox or NIC @box is (their names end in it). */
-static int sim_owner(sg_mailbox_t box)
-{
-	const char *name = sg_mailbox_get_name(box);
-
-	return atoi(strrchr(name, '-') + 1);
-}
-
 static void sim_free_msg(void *m)
 {
 	free(m);
 }
 
 /*
- * A message to @to.  Data (@win: its sender's window) is in flight at most
+ * A message to @box, @dst's inbox or NIC.  Data (@win: its sender's window) is in flight at most
  * SIM_WINDOW at a time from one sender, as a NIC streams its send queue:
  * a node's link carries a few flows, not N - 1, which would cost SimGrid's
  * bandwidth sharing N^2 flows an all-to-all phase for the same link time.
  * Without @win (a READ request) it goes and is forgotten.
  */
-static void sim_put(struct sim_window *win, sg_mailbox_t to, int type, int from,
-		    uint32_t round, double bytes, double wire_bytes)
+static void sim_put(struct sim_window *win, const struct sim_node *dst,
+		    sg_mailbox_t box, int type, int from, uint32_t round,
+		    double bytes, double wire_bytes)
 {
 	struct sim_msg *m;
 	sg_comm_t comm;
 
 	/* A powered-off host: the write retries and fails at the sender's
 	 * NIC (the survivors learn it from --detect-s); nothing arrives. */
-	if (sim.nodes[sim_owner(to)].lost)
+	if (dst->lost)
 		return;
 	m = malloc(sizeof(*m));
 	if (!m) {
@@ -141,15 +133,24 @@ static void sim_put(struct sim_window *win, sg_mailbox_t to, int type, int from,
 	*m = (struct sim_msg){ type, from, round, bytes,
 			       sim_now() + sim_sched_delay(&sim.nodes[from]) };
 	if (!win) {
-		sg_comm_detach(sg_mailbox_put_init(to, m, (long)wire_bytes),
+		sg_comm_detach(sg_mailbox_put_init(box, m, (long)wire_bytes),
 			       sim_free_msg);
 		return;
 	}
 	comm = win->comms[win->next];
 	if (comm)
 		sg_comm_wait(comm); /* a failure: the peer died with it */
-	win->comms[win->next] = sg_mailbox_put_async(to, m, (long)wire_bytes);
+	win->comms[win->next] = sg_mailbox_put_async(box, m, (long)wire_bytes);
 	win->next = (win->next + 1) % SIM_WINDOW;
+}
+
+/* A message of @bytes that @sender's shadow or NIC put on its link. */
+static void sim_count_sent(struct sim_node *sender, double bytes)
+{
+	sender->bytes_sent += (uint64_t)bytes;
+	sender->msgs_sent++;
+	if (sim_now() <= sim.cfg.duration_s)
+		sender->bytes_measured += bytes;
 }
 
 /*
@@ -165,12 +166,9 @@ void sim_send(struct sim_node *nd, int peer, int type, double bytes)
 	if (c->plat.shared_host)
 		cpu += 2 * bytes / c->copy_bps;
 	sim_cpu(nd, cpu, c->plat.shared_host);
-	sim_put(&nd->sends, sim.nodes[peer].inbox, type, nd->rank, nd->round,
-		bytes, c->plat.shared_host ? 0 : bytes);
-	nd->bytes_sent += (uint64_t)bytes;
-	nd->msgs_sent++;
-	if (sim_now() <= c->duration_s)
-		nd->bytes_measured += bytes;
+	sim_put(&nd->sends, &sim.nodes[peer], sim.nodes[peer].inbox, type,
+		nd->rank, nd->round, bytes, c->plat.shared_host ? 0 : bytes);
+	sim_count_sent(nd, bytes);
 }
 
 /* A READ of @bytes from @peer: its NIC answers into our inbox. */
@@ -180,16 +178,14 @@ void sim_read(struct sim_node *nd, int peer, double bytes)
 
 	if (c->plat.shared_host) { /* the reader copies, no NIC */
 		sim_cpu(nd, c->msg_cpu_s + 2 * bytes / c->copy_bps, true);
-		sim_put(&nd->sends, nd->inbox, SIM_READ_REPLY, peer, nd->round,
-			bytes, 0);
-		sim.nodes[peer].bytes_sent += (uint64_t)bytes; /* as its NIC */
-		sim.nodes[peer].msgs_sent++;
-		sim.nodes[peer].bytes_measured += bytes;
+		sim_put(&nd->sends, nd, nd->inbox, SIM_READ_REPLY, peer,
+			nd->round, bytes, 0);
+		sim_count_sent(&sim.nodes[peer], bytes); /* as its NIC */
 		return;
 	}
 	sim_cpu(nd, c->msg_cpu_s, false);
-	sim_put(NULL, sim.nodes[peer].nic, SIM_READ_REQ, nd->rank, nd->round,
-		bytes, SIM_READ_REQ_BYTES);
+	sim_put(NULL, &sim.nodes[peer], sim.nodes[peer].nic, SIM_READ_REQ,
+		nd->rank, nd->round, bytes, SIM_READ_REQ_BYTES);
 }
 
 /* Count a message that came for a later round than ours, for then. */
@@ -242,9 +238,9 @@ int sim_await(struct sim_node *nd, int type, int want, double deadline)
 			got++;
 			if (m->ready_at > seen)
 				seen = m->ready_at;
-		} else if ((int32_t)(m->round - nd->round) > 0 ||
-			   (m->round == nd->round))
+		} else if ((int32_t)(m->round - nd->round) >= 0) {
 			sim_keep_early(nd, m);
+		}
 		free(m);
 	}
 	if (seen > sim_now())
@@ -290,12 +286,10 @@ static void sim_nic(int argc, char **argv)
 	for (;;) {
 		struct sim_msg *m = sg_mailbox_get(nd->nic);
 
-		sim_put(&nd->nic_sends, sim.nodes[m->from].inbox,
-			SIM_READ_REPLY, nd->rank, m->round, m->bytes, m->bytes);
-		nd->bytes_sent += (uint64_t)m->bytes;
-		nd->msgs_sent++;
-		if (sim_now() <= sim.cfg.duration_s)
-			nd->bytes_measured += m->bytes;
+		sim_put(&nd->nic_sends, &sim.nodes[m->from],
+			sim.nodes[m->from].inbox, SIM_READ_REPLY, nd->rank,
+			m->round, m->bytes, m->bytes);
+		sim_count_sent(nd, m->bytes);
 		free(m);
 	}
 }
@@ -305,17 +299,15 @@ static void sim_shadow(int argc, char **argv)
 	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
 
 	const struct sim_cfg *c = &sim.cfg;
-	uint64_t started = 0;
 
 	sg_mailbox_set_receiver(sg_mailbox_get_name(nd->inbox));
 	while (sim_now() < c->duration_s) {
 		double t0 = sim_now();
 
 		sim_round(nd);
-		started++;
 		sim_round_done(nd, t0);
 		if (c->max_rounds_per_s > 0) /* train --max-rounds-per-s */
-			sg_actor_sleep_until((double)started /
+			sg_actor_sleep_until((double)nd->started /
 					     c->max_rounds_per_s);
 	}
 }

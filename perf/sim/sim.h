@@ -136,7 +136,6 @@ void sim_read(struct sim_node *nd, int peer, double bytes);
 int sim_await(struct sim_node *nd, int type, int want, double deadline);
 void sim_record_round(double seconds);
 void sim_round_done(struct sim_node *nd, double t0);
-double sim_uniform(struct sim_node *nd);
 
 /* rounds.c: one round of the configured algorithm on node @nd. */
 void sim_round(struct sim_node *nd);
