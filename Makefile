@@ -72,6 +72,9 @@ LAUNCHER_TESTS := tests/launchers/mpirun tests/launchers/srun
 # algorithms must give
 SIM_TESTS := tests/sim/messages tests/sim/node-lost tests/sim/stragglers
 
+# The K-logical-node trainer of perf/quality-scale against the trainer
+PERF_TESTS := tests/perf/quality-k
+
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
@@ -203,6 +206,8 @@ test: format-check all
 		--label launchers --scripts $(LAUNCHER_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_SIM=$(SIM) tests/run \
 		--label sim --scripts $(SIM_TESTS)
+	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) SS_QK=$(O)/perf/quality-k \
+		tests/run --label perf --scripts $(PERF_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)
