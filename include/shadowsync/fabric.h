@@ -48,7 +48,11 @@
 extern "C" {
 #endif
 
-#define SS_FABRIC_MAX_PEERS 1024
+/*
+ * Ranks a job may have.  The handshake carries 32-bit ranks; what grows
+ * with the world is a few words a peer (a bit a peer in a barrier's sets).
+ */
+#define SS_FABRIC_MAX_PEERS 65536
 #define SS_FABRIC_MAX_REGIONS 16
 
 enum ss_transport {

@@ -106,12 +106,55 @@ static int ss_check_addr(int rank, const char *addr)
 	return 0;
 }
 
+/* Ranks by address, then by rank: the same addresses side by side. */
+static int ss_addr_order(const void *a, const void *b, void *addrs)
+{
+	int i = *(const int *)a, j = *(const int *)b;
+	int c = strcmp(((char *const *)addrs)[i], ((char *const *)addrs)[j]);
+
+	return c ? c : (i > j) - (i < j);
+}
+
+/*
+ * Two ranks on one address would each take the other for itself.  Sorted,
+ * not compared pairwise: 65536 ranks would be two billion comparisons.
+ * Names the lowest rank that has a twin, and its lowest twin.
+ */
+static int ss_check_unique_addrs(const struct ss_fabric_options *o)
+{
+	int *by = malloc((size_t)o->world * sizeof(int)), first = -1, twin = -1;
+
+	if (!by)
+		return ss_error_set(-ENOMEM, NULL, NULL, "peer list of %d",
+				    o->world);
+	for (int i = 0; i < o->world; i++)
+		by[i] = i;
+	qsort_r(by, (size_t)o->world, sizeof(int), ss_addr_order,
+		(void *)o->addrs);
+	for (int k = 1; k < o->world; k++)
+		if (!strcmp(o->addrs[by[k - 1]], o->addrs[by[k]]) &&
+		    (first < 0 || by[k - 1] < first)) {
+			first = by[k - 1];
+			twin = by[k];
+		}
+	free(by);
+	if (first >= 0)
+		return ss_error_set(SS_EUSAGE,
+				    "two ranks have the same address",
+				    "give each rank its own host:port (a host "
+				    "twice needs two ports)",
+				    "ranks %d and %d at '%s'", first, twin,
+				    o->addrs[first]);
+	return 0;
+}
+
 static int ss_fabric_check_options(const struct ss_fabric_options *o)
 {
 	if (o->world < 1 || o->world > SS_FABRIC_MAX_PEERS)
-		return ss_error_set(SS_EUSAGE, "out of range",
-				    "give 1 to 1024 ranks", "world size %d",
-				    o->world);
+		return ss_error_set(
+			SS_EUSAGE, "out of range",
+			"give 1 to 65536 ranks (SS_FABRIC_MAX_PEERS)",
+			"world size %d", o->world);
 	if (o->rank < 0 || o->rank >= o->world)
 		return ss_error_set(SS_EUSAGE, "out of range", NULL,
 				    "rank %d of %d", o->rank, o->world);
@@ -125,19 +168,7 @@ static int ss_fabric_check_options(const struct ss_fabric_options *o)
 		if (rc < 0)
 			return rc;
 	}
-	/* Two ranks on one address would each take the other for itself.
-	 * Quadratic, but at open only: 1024 ranks compare in a millisecond. */
-	for (int i = 0; i < o->world; i++)
-		for (int j = i + 1; j < o->world; j++)
-			if (!strcmp(o->addrs[i], o->addrs[j]))
-				return ss_error_set(
-					SS_EUSAGE,
-					"two ranks have the same address",
-					"give each rank its own host:port "
-					"(a host twice needs two ports)",
-					"ranks %d and %d at '%s'", i, j,
-					o->addrs[i]);
-	return 0;
+	return ss_check_unique_addrs(o);
 }
 
 int ss_fabric_open(struct ss_fabric **out,

@@ -4,6 +4,7 @@
 #define SS_FABRIC_INTERNAL_H
 
 #include <assert.h>
+#include <stddef.h>
 
 #include "shadowsync/fabric.h"
 
@@ -167,9 +168,12 @@ size_t ss__page_round(size_t len);
  * 2: the shm control block after the hello holds its owner's start time;
  * 3: the sync layer's barriers have a second half (SS_MSG_BARRIER_DONE);
  * 4: its round messages count for their own round only, with flow control
- *    and SKIP messages.
+ *    and SKIP messages;
+ * 5: rank and world 32 bits wide (jobs past 65535 ranks).  The version
+ *    keeps its place (after magic and key) in every version, so that a
+ *    peer of another one is told so, whatever its layout.
  */
-#define SS_HELLO_VERSION 4
+#define SS_HELLO_VERSION 5
 
 struct ss__hello {
 	uint64_t job_key;
@@ -177,15 +181,17 @@ struct ss__hello {
 	uint64_t table_addr; /* verbs: the descriptor table */
 	uint32_t magic;
 	uint32_t table_rkey;
-	uint16_t version;
-	uint16_t rank;
-	uint16_t world;
+	uint16_t version; /* offset 32 in every version */
 	uint16_t n_regions;
+	uint32_t rank;
+	uint32_t world;
 	uint8_t mtu; /* verbs: enum ibv_mtu of the active port */
 	uint8_t rd_atom; /* verbs: max outstanding RDMA READs (responder) */
-	uint8_t reserved[6];
+	uint8_t reserved[2];
 };
 static_assert(sizeof(struct ss__hello) == 48, "hello is 48 bytes on the wire");
+static_assert(offsetof(struct ss__hello, version) == 32,
+	      "the version where every version has it");
 
 /* Region descriptor table, as read by peers. */
 struct ss__table_entry {

@@ -12,8 +12,8 @@ void ss__hello_make(const struct ss_fabric *fabric, struct ss__hello *hello)
 	memset(hello, 0, sizeof(*hello));
 	hello->magic = SS_HELLO_MAGIC;
 	hello->version = SS_HELLO_VERSION;
-	hello->rank = (uint16_t)fabric->opts.rank;
-	hello->world = (uint16_t)fabric->opts.world;
+	hello->rank = (uint32_t)fabric->opts.rank;
+	hello->world = (uint32_t)fabric->opts.world;
 	hello->job_key = fabric->opts.job_key;
 	hello->layout_hash = fabric->opts.layout_hash;
 	hello->n_regions = (uint16_t)fabric->n_regions;
@@ -28,8 +28,8 @@ void ss__hello_to_wire(const struct ss__hello *host, struct ss__hello *wire)
 	wire->magic = htobe32(host->magic);
 	wire->table_rkey = htobe32(host->table_rkey);
 	wire->version = htobe16(host->version);
-	wire->rank = htobe16(host->rank);
-	wire->world = htobe16(host->world);
+	wire->rank = htobe32(host->rank);
+	wire->world = htobe32(host->world);
 	wire->n_regions = htobe16(host->n_regions);
 	memset(wire->reserved, 0, sizeof(wire->reserved));
 }
@@ -43,8 +43,8 @@ void ss__hello_from_wire(const struct ss__hello *wire, struct ss__hello *host)
 	host->magic = be32toh(wire->magic);
 	host->table_rkey = be32toh(wire->table_rkey);
 	host->version = be16toh(wire->version);
-	host->rank = be16toh(wire->rank);
-	host->world = be16toh(wire->world);
+	host->rank = be32toh(wire->rank);
+	host->world = be32toh(wire->world);
 	host->n_regions = be16toh(wire->n_regions);
 }
 
@@ -57,7 +57,8 @@ int ss__hello_check(const struct ss__hello *mine, const struct ss__hello *peer,
 			 peer->magic);
 	else if (peer->version != mine->version)
 		snprintf(why, size,
-			 "protocol version differs: ours %u, theirs %u",
+			 "protocol version differs: ours %u, theirs %u (every "
+			 "rank must run the same ShadowSync release)",
 			 mine->version, peer->version);
 	else if (peer->job_key != mine->job_key)
 		snprintf(why, size,
@@ -76,7 +77,7 @@ int ss__hello_check(const struct ss__hello *mine, const struct ss__hello *peer,
 		snprintf(why, size, "region count differs: ours %u, theirs %u",
 			 mine->n_regions, peer->n_regions);
 	else if (peer->rank == mine->rank || peer->rank >= mine->world ||
-		 (expect_rank >= 0 && peer->rank != expect_rank))
+		 (expect_rank >= 0 && peer->rank != (uint32_t)expect_rank))
 		snprintf(why, size, "unexpected rank %u (we are %u of %u)",
 			 peer->rank, mine->rank, mine->world);
 	else

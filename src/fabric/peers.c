@@ -49,7 +49,7 @@ static int ss_push(char ***list, int *n, int *cap, const char *s)
 #define SS_NODE_MAX 999999999L
 
 static const char ss_too_many_hint[] =
-	"a job has at most 1024 ranks (SS_FABRIC_MAX_PEERS)";
+	"a job has at most 65536 ranks (SS_FABRIC_MAX_PEERS)";
 
 static const char ss_nodelist_hint[] =
 	"write it as Slurm does: node[01-04,07] or rack[1-2]-node[01-04]";
@@ -166,7 +166,7 @@ int ss_nodelist_expand(const char *nodelist, char ***hosts, int *n)
 		}
 	}
 	if (rc == -E2BIG)
-		rc = ss_error_set(SS_EUSAGE, "more than 1024 hosts",
+		rc = ss_error_set(SS_EUSAGE, "more than 65536 hosts",
 				  ss_too_many_hint, "node list '%s'", nodelist);
 	if (rc == 0 && *n == 0)
 		rc = ss_error_set(SS_EUSAGE, "it names no host", NULL,
@@ -264,7 +264,7 @@ int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
 			rc = ss_hostfile_line(path, lineno, line, port, addrs,
 					      n, &cap);
 		if (rc == -E2BIG)
-			rc = ss_error_set(SS_EUSAGE, "more than 1024 hosts",
+			rc = ss_error_set(SS_EUSAGE, "more than 65536 hosts",
 					  ss_too_many_hint, "%s:%d", path,
 					  lineno);
 	}

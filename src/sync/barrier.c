@@ -58,10 +58,10 @@ static void ss_barrier_send(struct ss_sync *s, int p)
  */
 static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 {
-	bool done_sent[SS_FABRIC_MAX_PEERS] = { false };
-	bool late[SS_FABRIC_MAX_PEERS] = { false };
-	bool all;
+	bool *done_sent = s->done_sent, *late = s->late, all;
 
+	memset(done_sent, 0, (size_t)s->world * sizeof(bool));
+	memset(late, 0, (size_t)s->world * sizeof(bool));
 	do {
 		all = true;
 		for (int p = 0; p < s->world; p++) {
@@ -128,30 +128,32 @@ static void ss_set_bit(uint64_t *set, int p)
 static void ss_publish(struct ss_sync *s, const bool *came, uint64_t *set,
 		       uint32_t *tag_at, uint32_t tag)
 {
-	memset(set, 0, SS_STATE_WORDS * sizeof(*set));
+	memset(set, 0, ss__set_words(s->world) * sizeof(*set));
 	for (int p = 0; p < s->world; p++)
 		if (came[p] || p == s->rank)
 			ss_set_bit(set, p);
 	__atomic_store_n(tag_at, tag, __ATOMIC_RELEASE);
 }
 
-/* Poll @p's state until its slot of this barrier holds @tag in @field's
- * place (came or decided); false when @p failed or @deadline passed. */
-static bool ss_wait_view(struct ss_sync *s, int p, bool decided,
-			 uint64_t deadline, struct ss__state *view)
+/* Poll @p's state until its slot of this barrier holds this barrier's tag
+ * for the set asked (came or decided), and return that set, valid until
+ * the next READ of a view; NULL when @p failed or @deadline passed. */
+static const uint64_t *ss_wait_view(struct ss_sync *s, int p, bool decided,
+				    uint64_t deadline)
 {
 	uint32_t tag = htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
 	int slot = s->barrier_seq & 1;
 
 	while (ss_fabric_peer_ok(s->fabric, p) &&
 	       !ss_deadline_passed(deadline)) {
-		if (ss__read_view(s, p, view) &&
-		    (decided ? view->agree[slot].decided_tag :
-			       view->agree[slot].came_tag) == tag)
-			return true;
+		const struct ss__state *view = ss__read_view(s, p);
+
+		if (view && (decided ? view->decided_tag[slot] :
+				       view->came_tag[slot]) == tag)
+			return ss__state_set(view, s->world, slot, decided);
 		ss__pump(s, 1);
 	}
-	return false;
+	return NULL;
 }
 
 /*
@@ -171,24 +173,26 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 {
 	uint32_t tag = htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
 	int slot = s->barrier_seq & 1, decider = s->rank;
-	struct ss__state view;
+	size_t words = ss__set_words(s->world);
+	const uint64_t *set;
 	uint64_t *sets;
 
-	ss_publish(s, came, s->state->agree[slot].came,
-		   &s->state->agree[slot].came_tag, tag);
+	ss_publish(s, came, ss__state_set(s->state, s->world, slot, 0),
+		   &s->state->came_tag[slot], tag);
 	for (int p = 0; p < s->rank; p++)
 		if (came[p]) {
 			decider = p;
 			break;
 		}
 	if (decider != s->rank) {
-		if (!ss_wait_view(s, decider, true, deadline, &view)) {
+		set = ss_wait_view(s, decider, true, deadline);
+		if (!set) {
 			ss_log_debug("sync: barrier %u: rank %d's decision "
 				     "did not come; keeping ours",
 				     s->barrier_seq, decider);
 			return;
 		}
-		if (!ss_bit(view.agree[slot].members, s->rank)) {
+		if (!ss_bit(set, s->rank)) {
 			ss_log_warn("sync: rank %d was left out of barrier "
 				    "%u by rank %d: going on alone until it "
 				    "rejoins",
@@ -198,8 +202,7 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 			return;
 		}
 		for (int p = 0; p < s->world; p++)
-			if (came[p] != (p != s->rank &&
-					ss_bit(view.agree[slot].members, p))) {
+			if (came[p] != (p != s->rank && ss_bit(set, p))) {
 				ss_log_debug("sync: barrier %u: rank %d %s "
 					     "by rank %d's decision",
 					     s->barrier_seq, p,
@@ -210,14 +213,14 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 		return;
 	}
 	/* we decide: who came, as each of them saw it */
-	sets = calloc((size_t)s->world, sizeof(view.agree[0].came));
+	sets = calloc((size_t)s->world * words, sizeof(*sets));
 	for (int p = 0; p < s->world; p++) {
 		if (!came[p])
 			continue;
-		if (sets && ss_wait_view(s, p, false, deadline, &view))
-			memcpy(sets + (size_t)p * SS_STATE_WORDS,
-			       view.agree[slot].came,
-			       sizeof(view.agree[0].came));
+		set = sets ? ss_wait_view(s, p, false, deadline) : NULL;
+		if (set)
+			memcpy(sets + (size_t)p * words, set,
+			       words * sizeof(*sets));
 		else
 			came[p] = false;
 	}
@@ -226,8 +229,7 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 		for (int q = 0; q < s->world; q++)
 			for (int p = 0; came[q] && p < s->world; p++)
 				if ((came[p] || p == s->rank) &&
-				    !ss_bit(sets + (size_t)q * SS_STATE_WORDS,
-					    p)) {
+				    !ss_bit(sets + (size_t)q * words, p)) {
 					ss_log_debug("sync: barrier %u: rank "
 						     "%d did not see rank %d "
 						     "come: left out",
@@ -237,8 +239,8 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 				}
 	}
 	free(sets);
-	ss_publish(s, came, s->state->agree[slot].members,
-		   &s->state->agree[slot].decided_tag, tag);
+	ss_publish(s, came, ss__state_set(s->state, s->world, slot, 1),
+		   &s->state->decided_tag[slot], tag);
 }
 
 /*
@@ -254,7 +256,7 @@ int ss__barrier(struct ss_sync *s)
 	uint64_t deadline = ss_deadline_ns(wait);
 	uint32_t top = s->round;
 	uint64_t joins = 0;
-	bool came[SS_FABRIC_MAX_PEERS];
+	bool *came = s->came;
 	int rc = 0;
 
 	/*

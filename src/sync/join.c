@@ -25,19 +25,19 @@ void ss__state_from_replica(struct ss_sync *s)
 	}
 }
 
-/* @p's view, READ into SNAP: false when the READ failed. */
-bool ss__read_view(struct ss_sync *s, int p, struct ss__state *view)
+/* @p's view, READ into SNAP, then copied: NULL when the READ failed. */
+const struct ss__state *ss__read_view(struct ss_sync *s, int p)
 {
-	size_t off = ss__view_off(s->n);
+	size_t off = ss__view_off(s->n), len = ss__state_bytes(s->world);
 	struct ss__state *st = (struct ss__state *)((char *)s->snap + off);
 
-	memset(st, 0, sizeof(*st));
+	memset(st, 0, len);
 	s->reads_ok[p] = false;
-	if (ss__post_read(s, p, SS_R_SNAP, off, SS_R_STATE, 0, sizeof(*st)))
-		return false;
+	if (ss__post_read(s, p, SS_R_SNAP, off, SS_R_STATE, 0, len))
+		return NULL;
 	ss__wait_sends(s, ss__deadline(s));
-	*view = *st;
-	return s->reads_ok[p];
+	memcpy(s->view, st, len);
+	return s->reads_ok[p] ? s->view : NULL;
 }
 
 /*
@@ -47,13 +47,13 @@ bool ss__read_view(struct ss_sync *s, int p, struct ss__state *view)
  */
 static int ss_sync_find_running(struct ss_sync *s)
 {
-	struct ss__state view;
-
 	for (int p = 0; p < s->world; p++) {
+		const struct ss__state *view;
+
 		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
 			continue;
-		if (ss__read_view(s, p, &view) &&
-		    be32toh(view.began) == SS_STATE_BEGAN)
+		view = ss__read_view(s, p);
+		if (view && be32toh(view->began) == SS_STATE_BEGAN)
 			return p;
 	}
 	return -1;
@@ -132,7 +132,7 @@ int ss__cut_off_through(struct ss_sync *s)
 	uint32_t mine = be32toh(s->state->lowest);
 
 	for (int p = 0; p < s->world; p++) {
-		struct ss__state view;
+		const struct ss__state *view;
 		uint32_t epoch;
 
 		if (p == s->rank || s->member_index[p] >= 0 || s->left[p] ||
@@ -143,11 +143,11 @@ int ss__cut_off_through(struct ss_sync *s)
 			continue; /* read on this connection, or a member's */
 		/* what rounds left in flight may still read SNAP */
 		if (ss__drain(s, ss__deadline(s)) < 0 ||
-		    !ss__read_view(s, p, &view))
+		    !(view = ss__read_view(s, p)))
 			continue;
 		s->view_read_epoch[p] = epoch;
-		if (be32toh(view.began) == SS_STATE_BEGAN &&
-		    be32toh(view.lowest) < mine)
+		if (be32toh(view->began) == SS_STATE_BEGAN &&
+		    be32toh(view->lowest) < mine)
 			return p;
 	}
 	return -1;
@@ -170,7 +170,7 @@ static void ss_forget_ahead(struct ss_sync *s, uint32_t k)
 int ss__rejoin(struct ss_sync *s, int h)
 {
 	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
-	struct ss__state view = { 0 };
+	const struct ss__state *view;
 	uint32_t k = 0;
 
 	ss_log_warn("sync: rank %d was cut off from rank %d's members: "
@@ -192,10 +192,10 @@ int ss__rejoin(struct ss_sync *s, int h)
 		    !ss_fabric_peer_ok(s->fabric, h))
 			goto err;
 		ss__pump(s, 1);
-		if (!ss__read_view(s, h, &view) ||
-		    !(be32toh(view.in_barrier) & SS_STATE_IN_BARRIER))
+		view = ss__read_view(s, h);
+		if (!view || !(be32toh(view->in_barrier) & SS_STATE_IN_BARRIER))
 			continue;
-		k = be32toh(view.in_barrier) & ~SS_STATE_IN_BARRIER;
+		k = be32toh(view->in_barrier) & ~SS_STATE_IN_BARRIER;
 		ss_forget_ahead(s, k);
 		if (s->seen[SS_MSG_BARRIER][h] == k)
 			break;

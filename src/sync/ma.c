@@ -32,7 +32,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 	size_t own = ss__shard_off(s, s->rank),
 	       own_len = ss__shard_len(s, s->rank);
 	uint32_t parity = s->round & 1;
-	const float *parts[SS_FABRIC_MAX_PEERS];
+	const float **parts = s->parts;
 	int k = 0;
 
 	/* 1. Snapshot, and each shard of it to its owner. */

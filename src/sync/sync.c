@@ -74,10 +74,10 @@ static size_t ss_region_floats(int region, size_t n, int world)
 			  * members, then two barrier words per rank */
 		return 2 * (n + (size_t)world) + 2 * (size_t)world;
 	case SS_R_STATE:
-		return sizeof(struct ss__state) / sizeof(float);
+		return ss__state_bytes(world) / sizeof(float);
 	case SS_R_SNAP: /* and the word a barrier sends, then a peer's
 			 * state as READ (ss__view_off) */
-		return (ss__view_off(n) + sizeof(struct ss__state)) /
+		return (ss__view_off(n) + ss__state_bytes(world)) /
 		       sizeof(float);
 	case SS_R_CLAIMS: /* the counter and a word per claim in flight */
 		return 2 * (1 + SS_CLAIM_SLOTS);
@@ -237,6 +237,13 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->bandwidth = calloc(w, sizeof(double));
 	s->member_index = calloc(w, sizeof(int));
 	s->left = calloc(w, sizeof(bool));
+	s->view = malloc(ss__state_bytes(s->world));
+	s->parts = calloc(w, sizeof(*s->parts));
+	s->came = calloc(w, sizeof(bool));
+	s->done_sent = calloc(w, sizeof(bool));
+	s->late = calloc(w, sizeof(bool));
+	if (!s->view || !s->parts || !s->came || !s->done_sent || !s->late)
+		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->view_read_epoch || !s->joining || !s->barrier_sent ||
 	    !s->easgd_early || !s->easgd_early_round || !s->in_flight ||
@@ -295,15 +302,12 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 	rc = ss_sync_alloc_peers(s);
 	if (rc < 0)
 		goto err;
-	{
-		bool all[SS_FABRIC_MAX_PEERS];
-
-		for (int p = 0; p < s->world; p++)
-			all[p] = true; /* every rank, until a barrier says */
-		s->n_members = 0;
-		ss__set_members(s, all);
-		s->view_changes = 0;
-	}
+	for (int p = 0; p < s->world; p++)
+		s->came[p] =
+			true; /* every rank a member, until a barrier says */
+	s->n_members = 0;
+	ss__set_members(s, s->came);
+	s->view_changes = 0;
 	if (opts->algo == SS_SYNC_BMUF) { /* of our shard only */
 		s->w_g = calloc(s->n, sizeof(float));
 		s->momentum = calloc(s->n, sizeof(float));
@@ -353,6 +357,11 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->bandwidth);
 	free(s->member_index);
 	free(s->left);
+	free(s->view);
+	free(s->parts);
+	free(s->came);
+	free(s->done_sent);
+	free(s->late);
 	free(s->paused);
 	free(s->epoch);
 	free(s->view_read_epoch);

@@ -30,7 +30,6 @@ enum {
  * has begun means the job runs already and the newcomer joins (reseeds)
  * rather than starting with the others.  Big-endian.
  */
-#define SS_STATE_WORDS (SS_FABRIC_MAX_PEERS / 64)
 struct ss__state {
 	uint32_t began; /* SS_STATE_BEGAN once past ss_sync_begin */
 	uint32_t lowest; /* the lowest rank among our members */
@@ -41,12 +40,34 @@ struct ss__state {
 	 * parity of its number: a peer may be a barrier ahead.  Each tag is
 	 * SS_STATE_IN_BARRIER | the barrier's number once its set is written.
 	 */
-	struct {
-		uint32_t came_tag, decided_tag;
-		uint64_t came[SS_STATE_WORDS]; /* bit p: p came, as we saw */
-		uint64_t members[SS_STATE_WORDS]; /* the lowest's decision */
-	} agree[2];
+	uint32_t came_tag[2], decided_tag[2];
+	/*
+	 * Then the sets, a bit a rank of the world (ss__set_words() words
+	 * each), per slot: who came, as we saw; the lowest's decision.
+	 */
+	uint64_t sets[];
 };
+
+/* ss__set_words() - words of a set of @world ranks: a bit each. */
+static inline size_t ss__set_words(int world)
+{
+	return ((size_t)world + 63) / 64;
+}
+
+/* ss__state_bytes() - the state of a rank of a @world-rank job. */
+static inline size_t ss__state_bytes(int world)
+{
+	return sizeof(struct ss__state) +
+	       4 * ss__set_words(world) * sizeof(uint64_t);
+}
+
+/* ss__state_set() - set @which (0: came, 1: members) of barrier slot @slot. */
+static inline uint64_t *ss__state_set(const struct ss__state *st, int world,
+				      int slot, int which)
+{
+	return (uint64_t *)st->sets +
+	       (size_t)(2 * slot + which) * ss__set_words(world);
+}
 #define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
 #define SS_STATE_IN_BARRIER 0x80000000u
 
@@ -190,6 +211,9 @@ struct ss_sync {
 	bool *joining; /* asked to join: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	struct ss__state *state; /* ours, in SS_R_STATE */
+	struct ss__state *view; /* a peer's, as last READ (ss__read_view) */
+	const float **parts; /* a round's contributions, one a peer */
+	bool *came, *done_sent, *late; /* a barrier's, a rank each */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
 
@@ -399,11 +423,11 @@ static inline size_t ss__view_off(size_t n)
 }
 
 /*
- * ss__read_view() - READ @p's state (struct ss__state) into @view, and
- * wait for it: false when it did not come.  With fabric_lock held, no
- * send in flight reading SNAP's view area.
+ * ss__read_view() - READ @p's state (struct ss__state) and wait for it:
+ * a copy, valid until the next call, or NULL when it did not come.  With
+ * fabric_lock held, no send in flight reading SNAP's view area.
  */
-bool ss__read_view(struct ss_sync *s, int p, struct ss__state *view);
+const struct ss__state *ss__read_view(struct ss_sync *s, int p);
 
 /*
  * ss__cut_off_through() - after a partition healed: a peer back on a new

@@ -75,8 +75,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memset(&mine, 0, sizeof(mine));
 	mine.magic = SS_HELLO_MAGIC;
 	mine.version = (uint16_t)fuzz_take(&in, 2);
-	mine.rank = (uint16_t)fuzz_take(&in, 2);
-	mine.world = (uint16_t)fuzz_take(&in, 2);
+	mine.rank = (uint32_t)fuzz_take(&in, 4);
+	mine.world = (uint32_t)fuzz_take(&in, 4);
 	mine.job_key = fuzz_take(&in, 8);
 	mine.layout_hash = fuzz_take(&in, 8);
 	mine.n_regions = (uint16_t)fuzz_take(&in, 1);

@@ -30,6 +30,12 @@ static const char ss_launch_prog[] = "shadowsync launch";
 /* After a failure or Ctrl-C, how long ranks get to exit before SIGKILL. */
 #define SS_LAUNCH_GRACE_MS 5000
 
+/*
+ * Ranks one launch starts on this machine: processes, not a job's size
+ * (a job over hosts, --peers, may have up to SS_FABRIC_MAX_PEERS).
+ */
+#define SS_LAUNCH_MAX_LOCAL 1024
+
 static void ss_launch_usage(FILE *out)
 {
 	fprintf(out,
@@ -66,7 +72,7 @@ static void ss_launch_usage(FILE *out)
 		"  -h, --help          this help\n"
 		"\n"
 		"example: shadowsync launch -n 4 -- train --data train.txt --test test.txt\n",
-		SS_FABRIC_MAX_PEERS);
+		SS_LAUNCH_MAX_LOCAL);
 }
 
 struct ss_rank_proc {
@@ -221,7 +227,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		switch (opt) {
 		case 'n':
 			rc = ss_parse_long("--ranks", optarg, 1,
-					   SS_FABRIC_MAX_PEERS, &v);
+					   SS_LAUNCH_MAX_LOCAL, &v);
 			l->n = (int)v;
 			break;
 		case 't':
@@ -688,8 +694,8 @@ static int ss_launch_wait(struct ss_launch *l)
 	}
 
 	while (live > 0) {
-		struct pollfd fds[2 * SS_FABRIC_MAX_PEERS];
-		int who[2 * SS_FABRIC_MAX_PEERS], nfds = 0;
+		struct pollfd fds[2 * SS_LAUNCH_MAX_LOCAL];
+		int who[2 * SS_LAUNCH_MAX_LOCAL], nfds = 0;
 		uint64_t now;
 		pid_t pid;
 		int status;

@@ -120,8 +120,12 @@ int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
 	if (rc != SS_ELAYOUT ||
 	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0)
 		return rc;
-	/* from a job of another size, or of other tables: say which */
-	for (int w = 1; w <= SS_FABRIC_MAX_PEERS; w++)
+	/*
+	 * From a job of another size, or of other tables: say which, among
+	 * the sizes up to 1024 (w^2 / 2 hashes: half a million there, two
+	 * billion at the largest world; past it the message names no size).
+	 */
+	for (int w = 1; w <= 1024; w++)
 		for (int r = 0; r < w; r++)
 			if (ss_shard_layout_hash(c->layout_hash, w, r) == hash)
 				return ss_error_set(
