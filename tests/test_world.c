@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "fabric/fabric_internal.h"
+#include "fabric/verbs_internal.h"
 #include "sync/sync_internal.h"
 
 static struct ss__hello hello(uint32_t rank, uint32_t world)
@@ -135,4 +136,58 @@ Test(world, a_barriers_sets_hold_every_rank)
 	cr_assert_eq((char *)(ss__state_set(st, W, 1, 1) + 1024),
 		     (char *)st + ss__state_bytes(W));
 	free(st);
+}
+
+/* Receives for immediates: 128 a peer, as each QP's own queue had, up to
+ * 64 peers; then one queue of 8192 whatever the world. */
+Test(world, shared_receives_stop_growing_with_the_world)
+{
+	cr_assert_eq(ss__verbs_srq_depth(1, 16384), 128);
+	cr_assert_eq(ss__verbs_srq_depth(2, 16384), 128);
+	cr_assert_eq(ss__verbs_srq_depth(4, 16384), 384);
+	cr_assert_eq(ss__verbs_srq_depth(65, 16384), 8192);
+	cr_assert_eq(ss__verbs_srq_depth(4096, 16384), 8192);
+	cr_assert_eq(ss__verbs_srq_depth(65536, 16384), 8192);
+	cr_assert_eq(ss__verbs_srq_depth(65536, 1000), 1000);
+}
+
+/*
+ * A shared receive's completion names its QP by number: the map finds the
+ * peer, forgets a number whose peer has a new QP since, and survives more
+ * reconnections than it has room (it keeps the live numbers then).
+ */
+Test(world, a_receive_finds_its_peer_by_qp_number)
+{
+	enum { W = 1000, RECONNECTS = 5000 };
+	struct ss_verbs v = { 0 };
+	struct ibv_qp *qps = calloc(W + RECONNECTS, sizeof(*qps));
+
+	v.peers = calloc(W, sizeof(*v.peers));
+	v.qpn_cap = 4096;
+	v.qpns = malloc(v.qpn_cap * sizeof(*v.qpns));
+	cr_assert(qps && v.peers && v.qpns);
+	for (uint32_t i = 0; i < v.qpn_cap; i++)
+		v.qpns[i].peer = -1;
+	for (int p = 0; p < W; p++) {
+		qps[p].qp_num = 0x100 + (uint32_t)p * 7919 % 0xfffff;
+		v.peers[p].qp = &qps[p];
+		cr_assert_eq(ss__verbs_qpn_add(&v, qps[p].qp_num, p), 0);
+	}
+	for (int k = 0; k < RECONNECTS; k++) { /* peer 5 comes back often */
+		struct ibv_qp *old = v.peers[5].qp, *now = &qps[W + k];
+
+		now->qp_num = 0x200000 + (uint32_t)k;
+		v.peers[5].qp = now;
+		cr_assert_eq(ss__verbs_qpn_add(&v, now->qp_num, 5), 0);
+		cr_assert_eq(ss__verbs_qpn_peer(&v, old->qp_num), -1);
+		cr_assert_eq(ss__verbs_qpn_peer(&v, now->qp_num), 5);
+	}
+	cr_assert_leq(v.qpn_used, 3 * v.qpn_cap / 4);
+	for (int p = 0; p < W; p++)
+		cr_assert_eq(ss__verbs_qpn_peer(&v, v.peers[p].qp->qp_num), p,
+			     "peer %d", p);
+	cr_assert_eq(ss__verbs_qpn_peer(&v, 0x7fffffff), -1);
+	free(v.qpns);
+	free(v.peers);
+	free(qps);
 }

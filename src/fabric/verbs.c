@@ -259,7 +259,10 @@ static int ss_verbs_open(struct ss_fabric *f)
 				  ss__verbs_where(v));
 		goto err;
 	}
-	cqe = f->opts.world * (SS_VERBS_SQ_DEPTH + SS_VERBS_RQ_DEPTH) + 16;
+	rc = ss__verbs_srq_open(f);
+	if (rc < 0)
+		goto err;
+	cqe = f->opts.world * SS_VERBS_SQ_DEPTH + (int)v->srq_depth + 16;
 	if (cqe > v->dev_attr.max_cqe) {
 		/* a full CQ overruns: the device then fails it */
 		ss_log_warn("verbs: %s holds %d completions a CQ, fewer than "
@@ -293,9 +296,10 @@ static int ss_verbs_open(struct ss_fabric *f)
 	if (rc < 0)
 		goto err;
 	ss_log_info(
-		"verbs: rank %d at %s on %s, active MTU %d, %u outstanding READs, messages split at %zu bytes",
+		"verbs: rank %d at %s on %s, active MTU %d, %u outstanding READs, messages split at %zu bytes, %u shared receives",
 		f->opts.rank, f->addrs[f->opts.rank], ss__verbs_where(v),
-		128 << v->port_attr.active_mtu, v->rd_atom, v->max_message);
+		128 << v->port_attr.active_mtu, v->rd_atom, v->max_message,
+		v->srq_depth);
 	return 0;
 
 err:
@@ -406,21 +410,22 @@ static int ss_verbs_status(enum ibv_wc_status status)
 	return status == IBV_WC_REM_ACCESS_ERR ? SS_EREMOTE : SS_EPEER;
 }
 
-static void ss_verbs_repost_recv(struct ss_fabric *f, int p)
+/*
+ * One receive back on the shared queue for the one a completion took.  A
+ * full queue needs none (a destroyed QP's receives were refilled, and some
+ * completed after all); a queue that cannot take one for another reason
+ * would leave every peer's sends to RNR.
+ */
+static void ss_verbs_repost_recv(struct ss_fabric *f)
 {
-	struct ss_verbs *v = f->backend;
-	struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV | ((uint64_t)p << 32) },
-			   *bad;
+	int err = ss__verbs_srq_repost(f->backend);
 
-	int err = v->peers[p].qp ? ibv_post_recv(v->peers[p].qp, &wr, &bad) : 0;
-
-	/* the return value is the error; a peer that cannot take our
-	 * receives would stall its sends on RNR: it is failed */
-	if (err) {
+	if (err < 0 && err != -ENOMEM) {
 		char why[128];
 
-		snprintf(why, sizeof(why), "ibv_post_recv: %s", strerror(err));
-		ss__verbs_peer_down(f, p, why);
+		snprintf(why, sizeof(why), "ibv_post_srq_recv: %s",
+			 strerror(-err));
+		ss_verbs_lose_every_peer(f, why);
 	}
 }
 
@@ -482,13 +487,23 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 		if (got == 0)
 			break;
 		for (int i = 0; i < got; i++) {
-			int p = SS_WR_PEER(wc[i].wr_id);
+			bool recv = wc[i].wr_id & SS_WR_RECV;
+			int p;
 
+			/* a shared receive names its QP by number only */
+			if (recv) {
+				ss_verbs_repost_recv(f);
+				p = ss__verbs_qpn_peer(v, wc[i].qp_num);
+				if (p < 0)
+					continue;
+			} else {
+				p = SS_WR_PEER(wc[i].wr_id);
+			}
 			/* Left by the QP of a connection since replaced. */
 			if (!v->peers[p].qp ||
 			    wc[i].qp_num != v->peers[p].qp->qp_num)
 				continue;
-			if (wc[i].wr_id & SS_WR_RECV) {
+			if (recv) {
 				if (wc[i].status != IBV_WC_SUCCESS) {
 					if (!f->peers[p].failed)
 						ss__verbs_peer_down(
@@ -501,7 +516,6 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 				    SS_IMM_RESERVED) {
 					/* the peer has finished connecting */
 					v->peers[p].ready_seen = true;
-					ss_verbs_repost_recv(f, p);
 					continue;
 				}
 				out[n].wr_id = 0;
@@ -510,7 +524,6 @@ int ss__verbs_drain(struct ss_fabric *f, struct ss_completion *out, int max)
 				out[n].status = 0;
 				out[n].imm = be32toh(wc[i].imm_data);
 				n++;
-				ss_verbs_repost_recv(f, p);
 			} else if (wc[i].wr_id & SS_WR_TABLE) {
 				/* connecting: seq 0 reads the peer's table,
 				 * seq 1 tells it we are ready */
@@ -771,6 +784,7 @@ static void ss_verbs_close(struct ss_fabric *f)
 	}
 	if (v->loop_qp)
 		ibv_destroy_qp(v->loop_qp);
+	ss__verbs_srq_close(v);
 	for (int i = 0; i < f->n_regions; i++)
 		ss_verbs_free_region(f, &f->regions[i]);
 	ss_verbs_free_mem(v, v->table, v->table_mr);

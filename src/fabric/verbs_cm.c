@@ -43,10 +43,9 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 	struct ibv_qp_init_attr ia = {
 		.send_cq = v->cq,
 		.recv_cq = v->cq,
+		.srq = v->srq,
 		.cap = { .max_send_wr = SS_VERBS_SQ_DEPTH,
-			 .max_recv_wr = SS_VERBS_RQ_DEPTH,
 			 .max_send_sge = 1,
-			 .max_recv_sge = 1,
 			 .max_inline_data = SS_VERBS_INLINE },
 		.qp_type = IBV_QPT_RC,
 	};
@@ -78,17 +77,8 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 		return ss_error_set(-errno, NULL, NULL,
 				    "ibv_modify_qp to INIT for peer %d on %s",
 				    p, ss__verbs_where(v));
-	for (int i = 0; i < SS_VERBS_RQ_DEPTH; i++) {
-		struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV |
-						   ((uint64_t)p << 32) },
-				   *bad;
-
-		int err = ibv_post_recv(vp->qp, &wr, &bad);
-
-		if (err) /* the return value is the error, not errno */
-			return ss_error_set(-err, NULL, NULL,
-					    "ibv_post_recv for peer %d", p);
-	}
+	if (ss__verbs_qpn_add(v, vp->qp->qp_num, p) < 0)
+		return ss_error_set(-ENOMEM, NULL, NULL, "QP map, peer %d", p);
 	vp->id = id;
 	id->context = (void *)(intptr_t)(p + 1);
 	return 0;
@@ -249,8 +239,10 @@ static void ss_cm_reset(struct ss_fabric *f, int p)
 {
 	struct ss_verbs_peer *vp = &((struct ss_verbs *)f->backend)->peers[p];
 
-	if (vp->qp)
+	if (vp->qp) {
 		ibv_destroy_qp(vp->qp);
+		ss__verbs_srq_fill(f->backend);
+	}
 	if (vp->id)
 		rdma_destroy_id(vp->id);
 	vp->qp = NULL;

@@ -9,7 +9,8 @@
 #include "fabric_internal.h"
 
 #define SS_VERBS_SQ_DEPTH 256 /* send WRs in flight per peer */
-#define SS_VERBS_RQ_DEPTH 128 /* receives posted per peer, for immediates */
+#define SS_VERBS_RQ_DEPTH 128 /* receives a peer, for immediates, ... */
+#define SS_VERBS_SRQ_MAX 8192 /* ... on one shared receive queue, at most */
 #define SS_VERBS_INLINE 64 /* inline data asked for; the QP may give less */
 #define SS_VERBS_ACK_TIMEOUT 17 /* 4.096 us x 2^17 = 0.54 s a try */
 #define SS_VERBS_RETRY_COUNT 6 /* retries after the first try */
@@ -90,15 +91,55 @@ struct ss_verbs {
 	struct ss_verbs_peer *peers;
 	/* the loopback's responder; its sender is peers[rank].qp */
 	struct ibv_qp *loop_qp;
+	/*
+	 * Every peer's QP receives from one shared receive queue: its depth
+	 * stops growing past 64 peers.  A receive's completion names its QP
+	 * only by number: @qpns maps numbers to peers (verbs_srq.c).
+	 */
+	struct ibv_srq *srq;
+	uint32_t srq_depth;
+	struct ss_verbs_qpn *qpns;
+	uint32_t qpn_cap, qpn_used;
 	/* while connecting: the first fatal error, the last peer refused */
 	int cm_fatal;
 	char cm_refusal[256];
 };
 
+/* A QP number and its peer, in verbs_srq.c's open-addressed map. */
+struct ss_verbs_qpn {
+	uint32_t qpn;
+	int32_t peer; /* -1: empty */
+};
+
+/*
+ * ss__verbs_srq_depth() - receives on the shared queue of a @world-rank
+ * job: SS_VERBS_RQ_DEPTH a peer (as many as each peer's own queue had
+ * before), at most SS_VERBS_SRQ_MAX and the device's @max_wr.
+ */
+uint32_t ss__verbs_srq_depth(int world, uint32_t max_wr);
+
+/* ss__verbs_srq_open() - the shared receive queue, full, and the map. */
+int ss__verbs_srq_open(struct ss_fabric *f);
+
+/* ss__verbs_srq_close() - destroy it (after every QP on it). */
+void ss__verbs_srq_close(struct ss_verbs *v);
+
+/* ss__verbs_srq_fill() - after a QP is destroyed: the queue full again. */
+void ss__verbs_srq_fill(struct ss_verbs *v);
+
+/* ss__verbs_srq_repost() - one receive again, for one consumed. */
+int ss__verbs_srq_repost(struct ss_verbs *v);
+
+/* ss__verbs_qpn_add() - @qpn is peer @p's QP from now on. */
+int ss__verbs_qpn_add(struct ss_verbs *v, uint32_t qpn, int p);
+
+/* ss__verbs_qpn_peer() - the peer whose QP is number @qpn now, or -1. */
+int ss__verbs_qpn_peer(const struct ss_verbs *v, uint32_t qpn);
+
 /* "device mlx5_0 port 1" and the errno text, for messages. */
 const char *ss__verbs_where(const struct ss_verbs *v);
 
-/* ss__verbs_create_qp() - an RC QP on our PD and CQ, with receives. */
+/* ss__verbs_create_qp() - an RC QP on our PD, CQ and shared receives. */
 int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id);
 
 /*
