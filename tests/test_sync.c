@@ -6,6 +6,7 @@
  * checks the result against the closed form.
  */
 #include <criterion/criterion.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -19,7 +20,7 @@
 #include "sync/sync_internal.h"
 
 #define NPARAMS 1000
-#define MAXW 4
+#define MAXW 9
 
 struct job {
 	int world;
@@ -165,6 +166,20 @@ static pid_t stop_me(int stops, unsigned before_ms, unsigned stopped_ms)
 
 /* ---- S-MA: the exact mean in one round ---------------------------------- */
 
+/* Every rank holds the mean of init_distinct()'s replicas, in 1 round. */
+static void assert_exact_mean(struct job *job)
+{
+	for (int r = 0; r < job->world; r++)
+		for (int i = 0; i < NPARAMS; i++) {
+			double mean = (job->world - 1) / 2.0 + 0.001 * i;
+
+			cr_assert_float_eq(job->out[r][i], mean, 1e-5,
+					   "rank %d element %d: %f, want %f", r,
+					   i, job->out[r][i], mean);
+		}
+	cr_assert_eq(job->stats[0].rounds, 1);
+}
+
 static void ma_exact_mean(int world)
 {
 	struct job job = { .world = world,
@@ -174,15 +189,7 @@ static void ma_exact_mean(int world)
 
 	ss_sync_options_init(&job.opts, SS_SYNC_MA);
 	run(&job);
-	for (int r = 0; r < world; r++)
-		for (int i = 0; i < NPARAMS; i++) {
-			double mean = (world - 1) / 2.0 + 0.001 * i;
-
-			cr_assert_float_eq(job.out[r][i], mean, 1e-5,
-					   "rank %d element %d: %f, want %f", r,
-					   i, job.out[r][i], mean);
-		}
-	cr_assert_eq(job.stats[0].rounds, 1);
+	assert_exact_mean(&job);
 	cr_assert_gt(job.stats[0].divergence, 0.1, "replicas started apart");
 }
 
@@ -199,6 +206,67 @@ Test(sync, ma_exact_mean_in_one_round_3_ranks, .timeout = 180)
 Test(sync, ma_exact_mean_in_one_round_4_ranks, .timeout = 180)
 {
 	ma_exact_mean(4);
+}
+
+/* ---- hierarchical S-MA: the exact mean too, in groups ---------------- */
+
+static int body_hma_rounds(struct ss_sync *s, int rank, struct job *job)
+{
+	fail_if(!ss__hma_wanted(s), "%d members: not hierarchical",
+		s->n_members);
+	return body_rounds(s, rank, job);
+}
+
+/*
+ * 4 = 2 x 2, 6 = 3 groups of 2, 9 = 3 x 3: every piece averaged among
+ * its column's owners, then gathered both ways.  The members were told to
+ * go hierarchical from 1 (the default is SS_SYNC_HIERARCHICAL_FROM).
+ */
+static void hma_exact_mean(int world, int group)
+{
+	struct job job = { .world = world,
+			   .body = body_hma_rounds,
+			   .init = init_distinct,
+			   .rounds = 1 };
+
+	cr_assert_eq(ss__hma_group(world), group);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.hierarchical_from = 1;
+	run(&job);
+	assert_exact_mean(&job);
+	/* 2 (G - 1) + 2 (C - 1) sends, of 2 (N - 1) / N of the model */
+	for (int r = 0; r < world; r++)
+		cr_assert_float_eq((double)job.stats[r].bytes_sent,
+				   2.0 * (world - 1) / world * NPARAMS *
+					   sizeof(float),
+				   4.0 * (2 * world) * sizeof(float),
+				   "rank %d sent %" PRIu64 " bytes", r,
+				   job.stats[r].bytes_sent);
+}
+
+Test(sync, hma_exact_mean_4_ranks_2_groups, .timeout = 180)
+{
+	hma_exact_mean(4, 2);
+}
+
+Test(sync, hma_exact_mean_6_ranks_3_groups_of_2, .timeout = 180)
+{
+	hma_exact_mean(6, 2);
+}
+
+Test(sync, hma_exact_mean_9_ranks_3_groups_of_3, .timeout = 240)
+{
+	hma_exact_mean(9, 3);
+}
+
+/* Prime members have no groups: flat; below the threshold too. */
+Test(sync, hma_only_where_groups_exist)
+{
+	cr_assert_eq(ss__hma_group(7), 1);
+	cr_assert_eq(ss__hma_group(2), 1);
+	cr_assert_eq(ss__hma_group(64), 8);
+	cr_assert_eq(ss__hma_group(4096), 64);
+	cr_assert_eq(ss__hma_group(12), 3);
 }
 
 /*

@@ -88,7 +88,19 @@ struct ss_sync_options {
 	 * Every rank must give the same.
 	 */
 	size_t synced;
+	/*
+	 * S-MA: from how many members its rounds are hierarchical (groups of
+	 * about sqrt(members) ranks: reduce-scatter in the group, then among
+	 * the groups' owners of each piece, then all-gather both ways: about
+	 * 4 sqrt(N) messages a rank instead of 2 N); 0: from
+	 * SS_SYNC_HIERARCHICAL_FROM, where the simulator has it faster
+	 * (docs/scale.md); < 0: never.  Flat when the members are prime.
+	 * Every rank must give the same.
+	 */
+	int hierarchical_from;
 };
+
+#define SS_SYNC_HIERARCHICAL_FROM 32
 
 /* ss_sync_options_init() - the defaults above, for @algo. */
 #define ss_sync_options_init(opts, algo) \

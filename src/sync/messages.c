@@ -184,18 +184,27 @@ static bool ss_waiting_for(const struct ss_sync *s, int kind, int p)
 
 int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline)
 {
+	return ss__wait_msgs_from(s, kind, NULL, s->world, deadline);
+}
+
+/* @from[i], or rank i when @from is NULL */
+int ss__wait_msgs_from(struct ss_sync *s, int kind, const int *from, int n,
+		       uint64_t deadline)
+{
 	int missing = 0;
 
 	for (;;) {
 		bool all = true;
 
-		for (int p = 0; p < s->world && all; p++)
-			all = !ss_waiting_for(s, kind, p);
+		for (int i = 0; i < n && all; i++)
+			all = !ss_waiting_for(s, kind, from ? from[i] : i);
 		if (all || ss_deadline_passed(deadline))
 			break;
 		ss__pump(s, 1);
 	}
-	for (int p = 0; p < s->world; p++) {
+	for (int i = 0; i < n; i++) {
+		int p = from ? from[i] : i;
+
 		if (!ss__expected(s, kind, p) || ss__got(s, kind, p))
 			continue;
 		missing++;

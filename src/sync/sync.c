@@ -242,7 +242,10 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->came = calloc(w, sizeof(bool));
 	s->done_sent = calloc(w, sizeof(bool));
 	s->late = calloc(w, sizeof(bool));
-	if (!s->view || !s->parts || !s->came || !s->done_sent || !s->late)
+	s->member_rank = calloc(w, sizeof(int));
+	s->hma_peers = calloc(w, sizeof(int));
+	if (!s->view || !s->parts || !s->came || !s->done_sent || !s->late ||
+	    !s->member_rank || !s->hma_peers)
 		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->view_read_epoch || !s->joining || !s->barrier_sent ||
@@ -362,6 +365,8 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->came);
 	free(s->done_sent);
 	free(s->late);
+	free(s->member_rank);
+	free(s->hma_peers);
 	free(s->paused);
 	free(s->epoch);
 	free(s->view_read_epoch);
@@ -601,6 +606,9 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 
 	switch (s->opts.algo) {
 	case SS_SYNC_MA:
+		rc = ss__hma_wanted(s) ? ss__round_hma(s, &res) :
+					 ss__round_ma(s, &res);
+		break;
 	case SS_SYNC_BMUF:
 		rc = ss__round_ma(s, &res);
 		break;

@@ -214,6 +214,8 @@ struct ss_sync {
 	struct ss__state *view; /* a peer's, as last READ (ss__read_view) */
 	const float **parts; /* a round's contributions, one a peer */
 	bool *came, *done_sent, *late; /* a barrier's, a rank each */
+	int *member_rank,
+		*hma_peers; /* hma.c: a member's rank; whom we talk to */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
 
@@ -483,6 +485,10 @@ void ss__stop_peers(struct ss_sync *s);
  */
 int ss__wait_msgs(struct ss_sync *s, int kind, uint64_t deadline);
 
+/* ss__wait_msgs_from() - the same, for the @n ranks in @from only. */
+int ss__wait_msgs_from(struct ss_sync *s, int kind, const int *from, int n,
+		       uint64_t deadline);
+
 /* ss__wait_sends() - until our operations have completed. */
 void ss__wait_sends(struct ss_sync *s, uint64_t deadline);
 
@@ -526,6 +532,10 @@ struct ss__round_result {
 	uint64_t bytes;
 };
 int ss__round_ma(struct ss_sync *s, struct ss__round_result *res);
+/* hma.c: hierarchical S-MA, and whether this round is one (its groups) */
+int ss__round_hma(struct ss_sync *s, struct ss__round_result *res);
+int ss__hma_group(int members);
+bool ss__hma_wanted(const struct ss_sync *s);
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res);
 int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res);
 void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round);

@@ -55,6 +55,8 @@ static void ss_train_usage(FILE *out)
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
 		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
+		"  --hierarchical-from N  S-MA: in groups of about sqrt(ranks) from N ranks\n"
+		"                         on (32; 0: never)\n"
 		"  --tables T             sharded (default with several ranks): one copy of\n"
 		"                         each row in all, at its owner rank, read and\n"
 		"                         updated one-sided, the MLPs synchronized;\n"
@@ -125,6 +127,7 @@ enum {
 	OPT_BETA,
 	OPT_MAX_ROUNDS,
 	OPT_ROUND_TIMEOUT,
+	OPT_HIER_FROM,
 	OPT_SYNC_TABLES,
 	OPT_TABLES,
 	OPT_PREFETCH,
@@ -185,6 +188,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "prefetch", required_argument, NULL, OPT_PREFETCH },
 		{ "round-timeout-ms", required_argument, NULL,
 		  OPT_ROUND_TIMEOUT },
+		{ "hierarchical-from", required_argument, NULL, OPT_HIER_FROM },
 		{ "rank", required_argument, NULL, OPT_RANK },
 		{ "peers", required_argument, NULL, OPT_PEERS },
 		{ "hostfile", required_argument, NULL, OPT_HOSTFILE },
@@ -342,6 +346,11 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
 					   3600000, &v);
 			c->sync.round_timeout_ms = (unsigned)v;
+			break;
+		case OPT_HIER_FROM: /* 0 here is never; the library's 0 is 32 */
+			rc = ss_parse_long("--hierarchical-from", optarg, 0,
+					   SS_FABRIC_MAX_PEERS, &v);
+			c->sync.hierarchical_from = v ? (int)v : -1;
 			break;
 		case OPT_DATA_SPLIT:
 			rc = ss_parse_choice("--data-split", optarg, splits,
