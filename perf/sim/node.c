@@ -6,6 +6,12 @@
  * an RDMA NIC does.  Writes are puts to the peer's inbox, whose permanent
  * receiver is its shadow: the transfer runs without the peer taking part,
  * and the shadow finds it there when it looks.
+ *
+ * With sharded tables (--tables sharded) each trainer also READs the rows
+ * of its next batch from their owners before it computes this one (train's
+ * --prefetch 1), waits for this batch's, and WRITEs the rows' gradients to
+ * their owners' logs, which an applier actor on the owner steps (as
+ * src/table/proxy.c does).
  */
 #include <math.h>
 #include <stdio.h>
@@ -116,7 +122,7 @@ static void sim_free_msg(void *m)
  */
 static void sim_put(struct sim_window *win, const struct sim_node *dst,
 		    sg_mailbox_t box, int type, int from, uint32_t round,
-		    double bytes, double wire_bytes)
+		    double bytes, double wire_bytes, sg_mailbox_t reply_to)
 {
 	struct sim_msg *m;
 	sg_comm_t comm;
@@ -130,8 +136,12 @@ static void sim_put(struct sim_window *win, const struct sim_node *dst,
 		fprintf(stderr, "ss-sim: out of memory\n");
 		exit(1);
 	}
-	*m = (struct sim_msg){ type, from, round, bytes,
-			       sim_now() + sim_sched_delay(&sim.nodes[from]) };
+	*m = (struct sim_msg){ type,
+			       from,
+			       round,
+			       bytes,
+			       sim_now() + sim_sched_delay(&sim.nodes[from]),
+			       reply_to };
 	if (!win) {
 		sg_comm_detach(sg_mailbox_put_init(box, m, (long)wire_bytes),
 			       sim_free_msg);
@@ -167,7 +177,8 @@ void sim_send(struct sim_node *nd, int peer, int type, double bytes)
 		cpu += 2 * bytes / c->copy_bps;
 	sim_cpu(nd, cpu, c->plat.shared_host);
 	sim_put(&nd->sends, &sim.nodes[peer], sim.nodes[peer].inbox, type,
-		nd->rank, nd->round, bytes, c->plat.shared_host ? 0 : bytes);
+		nd->rank, nd->round, bytes, c->plat.shared_host ? 0 : bytes,
+		NULL);
 	sim_count_sent(nd, bytes);
 }
 
@@ -179,13 +190,93 @@ void sim_read(struct sim_node *nd, int peer, double bytes)
 	if (c->plat.shared_host) { /* the reader copies, no NIC */
 		sim_cpu(nd, c->msg_cpu_s + 2 * bytes / c->copy_bps, true);
 		sim_put(&nd->sends, nd, nd->inbox, SIM_READ_REPLY, peer,
-			nd->round, bytes, 0);
+			nd->round, bytes, 0, NULL);
 		sim_count_sent(&sim.nodes[peer], bytes); /* as its NIC */
 		return;
 	}
 	sim_cpu(nd, c->msg_cpu_s, false);
 	sim_put(NULL, &sim.nodes[peer], sim.nodes[peer].nic, SIM_READ_REQ,
-		nd->rank, nd->round, bytes, SIM_READ_REQ_BYTES);
+		nd->rank, nd->round, bytes, SIM_READ_REQ_BYTES, NULL);
+}
+
+/* Sharded tables' traffic within the measured time: on the link, not in
+ * a round's figures. */
+static void sim_count_table(struct sim_node *sender, double bytes)
+{
+	if (sim_now() > sim.cfg.duration_s)
+		return;
+	sender->table_bytes += bytes;
+	sender->bytes_measured += bytes;
+}
+
+/* A trainer's share of a batch's rows at each owner: batch x 26 rows
+ * hashed evenly over the ranks. */
+static double sim_rows_per_owner(void)
+{
+	return sim.cfg.batch * 26.0 / sim.cfg.nodes;
+}
+
+/* READs of the next batch's rows from every other owner, into @box. */
+static void sim_post_rows(struct sim_node *nd, sg_mailbox_t box)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	double bytes = sim_rows_per_owner() * c->emb * 4;
+
+	for (int p = 0; p < c->nodes; p++) {
+		if (p == nd->rank || sim_peer_failed(p))
+			continue;
+		if (c->plat.shared_host) { /* the reader copies */
+			sim_cpu(nd, c->msg_cpu_s + 2 * bytes / c->copy_bps,
+				false);
+			sim_put(NULL, nd, box, SIM_ROWS, p, 0, bytes, 0, NULL);
+			sim_count_table(&sim.nodes[p], bytes);
+			continue;
+		}
+		sim_cpu(nd, c->msg_cpu_s, false);
+		sim_put(NULL, &sim.nodes[p], sim.nodes[p].nic, SIM_ROWS,
+			nd->rank, 0, bytes, SIM_READ_REQ_BYTES, box);
+	}
+}
+
+/* This batch's rows: a reply from every live owner, or the deadline. */
+static void sim_await_rows(struct sim_node *nd, sg_mailbox_t box)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	double deadline = sim_now() + c->round_timeout_s;
+	int want = 0;
+
+	for (int p = 0; p < c->nodes; p++)
+		want += p != nd->rank && !sim_peer_failed(p);
+	for (int got = 0; got < want; got++) {
+		void *data;
+		sg_comm_t comm = sg_mailbox_get_async(box, &data);
+
+		if (sg_comm_wait_for(comm, deadline - sim_now()) != SG_OK)
+			return; /* an owner died: train's lookup gives up too */
+		free(data);
+	}
+}
+
+/* The batch's row gradients (all distinct: an upper bound; an entry is
+ * a 4-byte slot, 4 of padding and the row's floats) to their owners. */
+static void sim_send_grads(struct sim_node *nd, struct sim_window *win)
+{
+	const struct sim_cfg *c = &sim.cfg;
+	double bytes = sim_rows_per_owner() * (8.0 + c->emb * 4);
+
+	for (int p = 0; p < c->nodes; p++) {
+		if (p == nd->rank || sim_peer_failed(p))
+			continue;
+		sim_cpu(nd,
+			c->msg_cpu_s + (c->plat.shared_host ?
+						2 * bytes / c->copy_bps :
+						0),
+			false);
+		sim_put(win, &sim.nodes[p], sim.nodes[p].log, SIM_GRADS,
+			nd->rank, 0, bytes, c->plat.shared_host ? 0 : bytes,
+			NULL);
+		sim_count_table(nd, bytes);
+	}
 }
 
 /* Count a message that came for a later round than ours, for then. */
@@ -285,11 +376,36 @@ static void sim_nic(int argc, char **argv)
 
 	for (;;) {
 		struct sim_msg *m = sg_mailbox_get(nd->nic);
+		bool rows = m->type == SIM_ROWS;
 
 		sim_put(&nd->nic_sends, &sim.nodes[m->from],
-			sim.nodes[m->from].inbox, SIM_READ_REPLY, nd->rank,
-			m->round, m->bytes, m->bytes);
-		sim_count_sent(nd, m->bytes);
+			m->reply_to ? m->reply_to : sim.nodes[m->from].inbox,
+			rows ? SIM_ROWS : SIM_READ_REPLY, nd->rank, m->round,
+			m->bytes, m->bytes, NULL);
+		if (rows)
+			sim_count_table(nd, m->bytes);
+		else
+			sim_count_sent(nd, m->bytes);
+		free(m);
+	}
+}
+
+/* Sharded tables: the owner steps the rows whose gradients came (Adagrad
+ * reads and writes the row and its sums, and reads the gradient). */
+static void sim_applier(int argc, char **argv)
+{
+	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
+
+	sg_mailbox_set_receiver(sg_mailbox_get_name(nd->log));
+	for (;;) {
+		void *data;
+		sg_comm_t comm = sg_mailbox_get_async(nd->log, &data);
+		struct sim_msg *m;
+
+		if (sg_comm_wait(comm) != SG_OK)
+			continue; /* its trainer ended with it in flight */
+		m = data;
+		sim_cpu(nd, 5 * m->bytes / sim.cfg.kernel_bps, false);
 		free(m);
 	}
 }
@@ -348,16 +464,33 @@ static void sim_trainer(int argc, char **argv)
 {
 	struct sim_node *nd = &sim.nodes[atoi(argv[argc - 1])];
 	const struct sim_cfg *c = &sim.cfg;
+	struct sim_window grads = { 0 };
+	sg_mailbox_t rows = NULL;
 	long mine = 0;
 
 	if (c->foreground) /* the round runs on one of us */
 		sg_mailbox_set_receiver(sg_mailbox_get_name(nd->inbox));
+	if (c->tables_sharded) { /* our own box for rows, filled unattended */
+		char name[48];
+
+		snprintf(name, sizeof(name), "rows-%s",
+			 sg_actor_get_name(sg_actor_self()));
+		rows = sg_mailbox_by_name(name);
+		sg_mailbox_set_receiver(name);
+		sim_post_rows(nd, rows);
+	}
 	for (;;) {
 		double t0 = sim_now(), t1;
 
 		if (!c->foreground && t0 >= c->duration_s)
 			break;
+		if (rows) { /* this batch's rows in; the next one's asked */
+			sim_await_rows(nd, rows);
+			sim_post_rows(nd, rows);
+		}
 		sim_cpu(nd, sim_step_time(nd), false);
+		if (rows)
+			sim_send_grads(nd, &grads);
 		/* a step across the end counts for its part before it */
 		t1 = sim_now();
 		if (t1 <= c->duration_s)
@@ -415,12 +548,20 @@ void sim_start_nodes(void)
 		nd->inbox = sg_mailbox_by_name(name);
 		snprintf(name, sizeof(name), "nic-%d", r);
 		nd->nic = sg_mailbox_by_name(name);
+		snprintf(name, sizeof(name), "log-%d", r);
+		nd->log = sg_mailbox_by_name(name);
 		nd->rng = sim_seed(c->seed, r);
 		nd->slow = sim_uniform(nd) < c->slow_frac;
 		if (c->foreground)
 			nd->barrier = sg_barrier_init((unsigned)c->threads);
-		for (int t = 0; t < c->threads; t++)
-			sim_spawn("trainer", r, nd->host, sim_trainer, false);
+		for (int t = 0; t < c->threads; t++) {
+			char what[32];
+
+			snprintf(what, sizeof(what), "trainer%d", t);
+			sim_spawn(what, r, nd->host, sim_trainer, false);
+		}
+		if (c->tables_sharded)
+			sim_spawn("applier", r, nd->host, sim_applier, true);
 		if (!c->foreground && c->algo != SIM_NONE)
 			sim_spawn("shadow", r, nd->host, sim_shadow, false);
 		if (!c->plat.shared_host)

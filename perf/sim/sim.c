@@ -46,6 +46,10 @@ static void usage(FILE *f)
 		"  --calibration F    measured figures (perf/sim/calibration)\n"
 		"  --step-us X        a trainer step, overriding the calibration\n"
 		"  --n-floats X       the dense part averaged (default: the shape's)\n"
+		"  --tables T         local (default) or sharded: trainers READ each\n"
+		"                     batch's rows from their owners a step ahead and\n"
+		"                     WRITE the gradients to the owners' logs\n"
+		"  --emb N            a row's floats (default: the shape's)\n"
 		"  --step-sigma X     log-normal spread of step times (calibrated)\n"
 		"  --slow-frac X      fraction of slow nodes (0)\n"
 		"  --slow-factor X    their step time factor (2)\n"
@@ -89,7 +93,8 @@ static int sim_number(const char *opt, const char *s, double lo, double hi,
 /*
  * The calibration file: "step SHAPE THREADS STEP_US SIGMA N_FLOATS BATCH"
  * lines, measured by perf/sim/calibrate, and "memory COPY_GBS KERNEL_GBS",
- * "interference SHAPE X", "msg-cpu-us X", "sched-slice-ms X".
+ * "interference SHAPE X", "emb SHAPE N" (a table row's floats),
+ * "msg-cpu-us X", "sched-slice-ms X".
  */
 static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 			 bool have_step)
@@ -130,6 +135,9 @@ static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 			   2) {
 			if (strcmp(name, shape) == 0)
 				c->interference = a;
+		} else if (sscanf(line, "emb %63s %lf", name, &a) == 2) {
+			if (strcmp(name, shape) == 0)
+				c->emb = (int)a;
 		} else if (sscanf(line, "msg-cpu-us %lf", &a) == 1) {
 			c->msg_cpu_s = a * 1e-6;
 		} else if (sscanf(line, "sched-slice-ms %lf", &a) == 1) {
@@ -137,7 +145,7 @@ static int sim_calibrate(const char *path, const char *shape, struct sim_cfg *c,
 		} else {
 			fprintf(stderr,
 				"ss-sim: %s:%d: not a calibration line "
-				"(step, memory, interference, msg-cpu-us, sched-slice-ms)\n",
+				"(step, memory, interference, emb, msg-cpu-us, sched-slice-ms)\n",
 				path, lineno);
 			fclose(f);
 			return -1;
@@ -171,7 +179,8 @@ static int sim_report(const char *csv, double wall_s)
 {
 	const struct sim_cfg *c = &sim.cfg;
 	double steps = 0, rounds = 0, left = 0, eps, one, eff, gap, util,
-	       msgs = 0, started = 0, all_bytes = 0, bytes_measured = 0;
+	       msgs = 0, started = 0, all_bytes = 0, bytes_measured = 0,
+	       table_bytes = 0;
 	int alive = 0, slow = 0;
 	FILE *f;
 	struct stat st;
@@ -189,6 +198,7 @@ static int sim_report(const char *csv, double wall_s)
 		msgs += (double)nd->msgs_sent;
 		all_bytes += (double)nd->bytes_sent;
 		started += (double)nd->started;
+		table_bytes += nd->table_bytes;
 	}
 	eps = steps * c->batch / c->duration_s;
 	/* one node alone: T trainers at the calibrated step, no sync (shm:
@@ -216,6 +226,10 @@ static int sim_report(const char *csv, double wall_s)
 	printf("  a round: %.2f messages, %.0f bytes sent a node\n",
 	       started > 0 ? msgs / started : 0,
 	       started > 0 ? all_bytes / started : 0);
+	if (c->tables_sharded)
+		printf("  sharded tables: %.0f bytes a step a trainer (rows and "
+		       "gradients, %d-float rows)\n",
+		       steps > 0 ? table_bytes / steps : 0, c->emb);
 	if (!csv)
 		return 0;
 	header = stat(csv, &st) != 0 || st.st_size == 0;
@@ -230,10 +244,10 @@ static int sim_report(const char *csv, double wall_s)
 			"n_floats,step_us,examples_per_s,efficiency,"
 			"rounds_per_s,sync_gap,round_p50_ms,round_p99_ms,"
 			"link_use,left_out,alive,sim_s,wall_s,msgs_per_round,"
-			"bytes_per_round,slow\n");
+			"bytes_per_round,slow,tables\n");
 	fprintf(f,
 		"%s,%d,%d,%s,%s,%d,%d,%.0f,%.2f,%.0f,%.4f,%.2f,%.3f,%.4g,"
-		"%.4g,%.4f,%.0f,%d,%.3f,%.2f,%.3f,%.0f,%d\n",
+		"%.4g,%.4f,%.0f,%d,%.3f,%.2f,%.3f,%.0f,%d,%s\n",
 		c->plat.name, c->nodes, c->threads, sim_algo_names[c->algo],
 		c->foreground ? "foreground" : "shadow", c->sync_every,
 		c->group, c->n_floats, c->step_s * 1e6, eps, eff,
@@ -241,7 +255,8 @@ static int sim_report(const char *csv, double wall_s)
 		sim_percentile(0.5) * 1e3, sim_percentile(0.99) * 1e3, util,
 		left, alive, c->duration_s, wall_s,
 		started > 0 ? msgs / started : 0,
-		started > 0 ? all_bytes / started : 0, slow);
+		started > 0 ? all_bytes / started : 0, slow,
+		c->tables_sharded ? "sharded" : "local");
 	return fclose(f) == 0 ? 0 : 1;
 }
 
@@ -280,6 +295,8 @@ int main(int argc, char **argv)
 		{ "csv", 1, 0, 'o' },
 		{ "max-rounds-per-s", 1, 0, 'R' },
 		{ "n-floats", 1, 0, 'N' },
+		{ "tables", 1, 0, 'B' },
+		{ "emb", 1, 0, 'e' },
 		{ "rounds", 1, 0, 'E' },
 		{ "min-steps", 1, 0, 'M' },
 		{ "verbose", 0, 0, 'v' },
@@ -289,7 +306,7 @@ int main(int argc, char **argv)
 	struct sim_cfg *c = &sim.cfg;
 	const char *shape = "demo", *calib = "perf/sim/calibration",
 		   *csv = NULL, *platform = "hdr", *mode = "shadow";
-	double v, step_us = 0, sigma = -1, n_floats = 0;
+	double v, step_us = 0, sigma = -1, n_floats = 0, emb = 0;
 	char platform_path[] = "/tmp/ss-sim-platform-XXXXXX";
 	char *sg_argv[64];
 	int sg_argc = 0, opt, fd, rc;
@@ -308,7 +325,8 @@ int main(int argc, char **argv)
 			       .seed = 1,
 			       .copy_bps = 10e9,
 			       .kernel_bps = 10e9,
-			       .msg_cpu_s = 1e-6 };
+			       .msg_cpu_s = 1e-6,
+			       .emb = 16 };
 	/* --cfg=... and --log=... go to SimGrid, as in its own programs */
 	sg_argv[sg_argc++] = argv[0];
 	for (int i = 1, j = 1; i <= argc; i++) {
@@ -441,6 +459,17 @@ int main(int argc, char **argv)
 				       &c->max_rounds_per_s))
 				return 2;
 			break;
+		case 'B':
+			if (strcmp(optarg, "local") &&
+			    strcmp(optarg, "sharded"))
+				return sim_fail("--tables", optarg,
+						"expected local or sharded");
+			c->tables_sharded = strcmp(optarg, "sharded") == 0;
+			break;
+		case 'e':
+			if (sim_number("--emb", optarg, 1, 65536, &emb))
+				return 2;
+			break;
 		case 'v':
 			c->verbose = true;
 			break;
@@ -490,6 +519,8 @@ int main(int argc, char **argv)
 		c->step_sigma = sigma;
 	if (n_floats > 0)
 		c->n_floats = n_floats;
+	if (emb > 0)
+		c->emb = (int)emb;
 	if (c->foreground && !c->threads)
 		return fprintf(stderr, "ss-sim: --mode foreground needs "
 				       "trainers (--threads 1 or more)\n"),

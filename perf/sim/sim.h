@@ -30,6 +30,8 @@ enum sim_msg_type {
 	SIM_DELTA, /* S-EASGD: the elastic delta to the owner */
 	SIM_READ_REPLY, /* a READ's data (S-EASGD's center, gossip) */
 	SIM_READ_REQ, /* a READ request, to the peer's NIC */
+	SIM_ROWS, /* sharded tables: rows READ for a trainer's next batch */
+	SIM_GRADS, /* sharded tables: row gradients to their owner's log */
 	SIM_MSG_TYPES
 };
 
@@ -38,6 +40,7 @@ struct sim_msg {
 	uint32_t round;
 	double bytes;
 	double ready_at; /* shm: when its receiver is scheduled to see it */
+	sg_mailbox_t reply_to; /* a READ's: where the data goes (NULL: inbox) */
 };
 
 /* The platform a job runs on: its links and how hosts share them. */
@@ -74,6 +77,8 @@ struct sim_cfg {
 	double msg_cpu_s; /* CPU time to post and complete one message */
 	double interference; /* trainer slowdown while shadow kernels run */
 	double sched_slice_s; /* shm: the scheduler's time slice (see node.c) */
+	bool tables_sharded; /* trainers READ rows and WRITE gradients */
+	int emb; /* a row's floats (the shape's embedding size) */
 	unsigned seed;
 	bool verbose;
 };
@@ -88,7 +93,7 @@ struct sim_window {
 struct sim_node {
 	int rank;
 	sg_host_t host;
-	sg_mailbox_t inbox, nic;
+	sg_mailbox_t inbox, nic, log; /* log: sharded tables' gradients */
 	struct sim_window sends, nic_sends; /* the shadow's, the NIC's */
 	bool slow, lost;
 	int kernels_running; /* shadow kernels now, for the interference */
@@ -96,6 +101,7 @@ struct sim_node {
 	double bytes_measured; /* written within it */
 	uint64_t rounds; /* rounds applied within the measured time */
 	uint64_t bytes_sent, msgs_sent; /* writes, and READs answered */
+	double table_bytes; /* sharded tables' rows and gradients sent */
 	uint64_t started; /* rounds begun, measured or not */
 	uint64_t left_out; /* peers left out of a round at its deadline */
 	uint32_t round;
