@@ -53,7 +53,7 @@ struct qk_opts {
 	int nodes, workers, batch, eval_nodes;
 	enum qk_mode mode;
 	enum qk_algo algo;
-	double gap;
+	double gap, eta; /* eta < 0: S-BMUF's 1 - 1/K */
 	int sync_every;
 	struct ss_model_config model;
 	enum ss_optimizer optimizer;
@@ -107,6 +107,7 @@ static void usage(FILE *out)
 		"                     within the tick; rounded to whole ticks)\n"
 		"  --sync-every k     foreground: a round every k ticks (10)\n"
 		"  --algo A           ma (default) or bmuf\n"
+		"  --eta X            bmuf: block momentum (default 1 - 1/K)\n"
 		"  --optimizer O      adagrad (default) or sgd\n"
 		"  --lr X             its rate (default: the optimizer's)\n"
 		"  --dense-lr X       the MLPs' rate, the table keeping --lr\n"
@@ -123,7 +124,15 @@ static void usage(FILE *out)
 
 static int parse(int argc, char **argv, struct qk_opts *o)
 {
-	enum { O_EMB = 256, O_BOTTOM, O_TOP, O_HASH, O_DENSE_LR, O_EVAL };
+	enum {
+		O_EMB = 256,
+		O_BOTTOM,
+		O_TOP,
+		O_HASH,
+		O_DENSE_LR,
+		O_EVAL,
+		O_ETA
+	};
 	static const struct option longopts[] = {
 		{ "data", required_argument, NULL, 'd' },
 		{ "test", required_argument, NULL, 't' },
@@ -132,6 +141,7 @@ static int parse(int argc, char **argv, struct qk_opts *o)
 		{ "gap", required_argument, NULL, 'g' },
 		{ "sync-every", required_argument, NULL, 'k' },
 		{ "algo", required_argument, NULL, 'a' },
+		{ "eta", required_argument, NULL, O_ETA },
 		{ "optimizer", required_argument, NULL, 'o' },
 		{ "lr", required_argument, NULL, 'l' },
 		{ "dense-lr", required_argument, NULL, O_DENSE_LR },
@@ -160,6 +170,7 @@ static int parse(int argc, char **argv, struct qk_opts *o)
 	o->sync_every = 10;
 	o->optimizer = SS_OPT_ADAGRAD;
 	o->lr = -1;
+	o->eta = -1;
 	o->seed = 1;
 	o->workers = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	ss_model_config_init(&o->model);
@@ -190,6 +201,10 @@ static int parse(int argc, char **argv, struct qk_opts *o)
 		case 'a':
 			rc = ss_parse_choice("--algo", optarg, algos, &i);
 			o->algo = (enum qk_algo)i;
+			break;
+		case O_ETA:
+			rc = ss_parse_double("--eta", optarg, 0, 0.999999,
+					     &o->eta);
 			break;
 		case 'o':
 			rc = ss_optimizer_parse("--optimizer", optarg,
@@ -422,7 +437,8 @@ static int round_target(struct qk_job *j, bool snapshots)
 	ss__average(j->avg, own, j->others, m, j->dense_len);
 	if (o->algo == QK_BMUF)
 		ss__bmuf(j->w_g, j->momentum, j->avg, j->dense_len,
-			 (float)(1.0 - 1.0 / o->nodes), 1.0f, true);
+			 (float)(o->eta >= 0 ? o->eta : 1.0 - 1.0 / o->nodes),
+			 1.0f, true);
 	return m + 1;
 }
 

@@ -28,7 +28,8 @@ static bool reference(const struct ss__hello *mine,
 		peer->layout_hash != mine->layout_hash ? "layout" :
 		peer->n_regions != mine->n_regions     ? "region count" :
 		peer->rank == mine->rank || peer->rank >= mine->world ||
-				(expect >= 0 && peer->rank != expect) ?
+				(expect >= 0 &&
+				 peer->rank != (uint32_t)expect) ?
 						     "rank" :
 						     NULL;
 	return *what == NULL;
