@@ -53,7 +53,7 @@ struct qk_opts {
 	int nodes, workers, batch, eval_nodes;
 	enum qk_mode mode;
 	enum qk_algo algo;
-	double gap, eta; /* eta < 0: S-BMUF's 1 - 1/K */
+	double gap, eta; /* eta < 0: the runtime's (ss__bmuf_eta) */
 	int sync_every;
 	struct ss_model_config model;
 	enum ss_optimizer optimizer;
@@ -107,7 +107,8 @@ static void usage(FILE *out)
 		"                     within the tick; rounded to whole ticks)\n"
 		"  --sync-every k     foreground: a round every k ticks (10)\n"
 		"  --algo A           ma (default) or bmuf\n"
-		"  --eta X            bmuf: block momentum (default 1 - 1/K)\n"
+		"  --eta X            bmuf: block momentum (default, as the runtime:\n"
+		"                     1 - 1/min(K, ticks a round spans), 0 under 2)\n"
 		"  --optimizer O      adagrad (default) or sgd\n"
 		"  --lr X             its rate (default: the optimizer's)\n"
 		"  --dense-lr X       the MLPs' rate, the table keeping --lr\n"
@@ -410,6 +411,20 @@ static void apply_rows(struct qk_job *j)
 	}
 }
 
+/* S-BMUF's block momentum, as the runtime's (src/sync/ma.c): 1 - 1/min(K,
+ * the steps a round spans), none when a round spans one step or less. */
+static double qk_eta(const struct qk_opts *o)
+{
+	double span = o->mode == QK_FOREGROUND ? o->sync_every :
+						 (double)lround(o->gap);
+
+	if (o->eta >= 0)
+		return o->eta;
+	if (span > o->nodes)
+		span = o->nodes;
+	return span > 1 ? 1 - 1 / span : 0;
+}
+
 /*
  * The round's target into j->avg: the mean of @from (the replicas or their
  * snapshots) over the nodes still training, then S-BMUF's step from it.
@@ -437,8 +452,7 @@ static int round_target(struct qk_job *j, bool snapshots)
 	ss__average(j->avg, own, j->others, m, j->dense_len);
 	if (o->algo == QK_BMUF)
 		ss__bmuf(j->w_g, j->momentum, j->avg, j->dense_len,
-			 (float)(o->eta >= 0 ? o->eta : 1.0 - 1.0 / o->nodes),
-			 1.0f, true);
+			 (float)qk_eta(o), 1.0f, true);
 	return m + 1;
 }
 

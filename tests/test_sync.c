@@ -568,10 +568,11 @@ static int body_bmuf(struct ss_sync *s, int rank, struct job *job)
 static void bmuf_recurrence(bool nesterov)
 {
 	struct job job = { .world = 3, .body = body_bmuf, .init = init_same };
-	const double eta = 1.0 - 1.0 / 3, zeta = 1.0;
+	const double eta = 1.0 - 1.0 / 3, zeta = 1.0; /* given: no trainers */
 
 	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
 	job.opts.nesterov = nesterov;
+	job.opts.eta = eta;
 	run(&job);
 	for (int i = 0; i < NPARAMS; i++) {
 		double w_g = 0.001 * i, d = 0, target;

@@ -174,13 +174,37 @@ Test(options, defaults_and_names)
 
 	ss_sync_options_init(&o, SS_SYNC_BMUF);
 	cr_assert_eq(o.algo, SS_SYNC_BMUF);
-	cr_assert_lt(o.eta, 0, "eta defaults to 1 - 1/N, filled in per job");
+	cr_assert_lt(o.eta, 0, "eta defaults to 1 - 1/min(N, span), per round");
 	cr_assert_eq(ss_sync_algo_parse("--sync", "easgd", &a), 0);
 	cr_assert_eq(a, SS_SYNC_EASGD);
 	cr_assert_str_eq(ss_sync_algo_name(SS_SYNC_GOSSIP), "gossip");
 	cr_assert_eq(ss_sync_algo_parse("--sync", "allreduce", &a), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->hint, "ma, easgd, bmuf, gossip"),
 		  "%s", ss_last_error()->hint);
+}
+
+/*
+ * S-BMUF's block momentum when not given: 1 - 1/N before any round, then
+ * 1 - 1/min(N, the replica's steps a round spans); none (S-MA's step)
+ * when rounds come every step or more often.  Given, as given.
+ */
+Test(options, bmuf_eta_follows_the_steps_a_round_spans)
+{
+	struct ss_sync s = { .n_members = 8 };
+
+	pthread_mutex_init(&s.lock, NULL);
+	s.opts.eta = -1;
+	cr_assert_float_eq(ss__bmuf_eta(&s), 1 - 1.0 / 8, 1e-12);
+	s.rounds = 10;
+	s.gap_sum = 1000; /* 100 steps a round: the paper's 1 - 1/N */
+	cr_assert_float_eq(ss__bmuf_eta(&s), 1 - 1.0 / 8, 1e-12);
+	s.gap_sum = 20; /* 2 steps a round */
+	cr_assert_float_eq(ss__bmuf_eta(&s), 0.5, 1e-12);
+	s.gap_sum = 1; /* a tenth of a step: a fast network's shadow */
+	cr_assert_float_eq(ss__bmuf_eta(&s), 0, 1e-12);
+	s.opts.eta = 0.9;
+	cr_assert_float_eq(ss__bmuf_eta(&s), 0.9, 1e-12);
+	pthread_mutex_destroy(&s.lock);
 }
 
 /* The fused pass gives the weights of ss__apply and the sums of

@@ -66,7 +66,12 @@ struct ss_sync_options {
 	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_sync_algo algo;
 	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
-	double eta; /* S-BMUF block momentum; < 0: 1 - 1/N */
+	/*
+	 * S-BMUF block momentum; < 0: 1 - 1/min(N, the replica's steps a
+	 * round spans), so that rounds of fewer steps than ranks (a fast
+	 * network's shadow) do not overshoot
+	 */
+	double eta;
 	double zeta; /* S-BMUF block learning rate; 0: 1 */
 	bool nesterov; /* S-BMUF: Nesterov target w_g + eta D (default) */
 	double beta; /* gossip step toward the peer; 0: 0.5 */

@@ -50,8 +50,6 @@ static void ss_sync_defaults(struct ss_sync *s)
 
 	if (o->alpha <= 0)
 		o->alpha = 0.5 / s->world;
-	if (o->eta < 0)
-		o->eta = 1.0 - 1.0 / s->world;
 	if (o->zeta <= 0)
 		o->zeta = 1.0;
 	if (o->beta <= 0)

@@ -532,6 +532,8 @@ struct ss__round_result {
 	uint64_t bytes;
 };
 int ss__round_ma(struct ss_sync *s, struct ss__round_result *res);
+/* ma.c: S-BMUF's block momentum for this round */
+double ss__bmuf_eta(struct ss_sync *s);
 /* hma.c: hierarchical S-MA, and whether this round is one (its groups) */
 int ss__round_hma(struct ss_sync *s, struct ss__round_result *res);
 int ss__hma_group(int members);
