@@ -58,9 +58,10 @@ NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
 CLUSTER2_TESTS := tests/cluster/fabric
 # tests/cluster/link-flap (tests/run --cluster 3 tests/cluster/link-flap)
-# passed 60 runs of 62 by hand and is left out until the stall of the
-# others (hosts waiting 25 s for barrier DONEs that were posted and not
-# seen, after the link came back) is understood: docs/deploying.md.
+# fails about one run in twenty (by hand, three sessions) and is left out
+# until the stall of the
+# others is fixed (barrier numbers that diverge during the outage:
+# docs/architecture.md, "What is still open").
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
 	tests/cluster/rank-restarts
 
