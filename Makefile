@@ -59,9 +59,8 @@ NUMA_TESTS := test_sync_numa
 CLUSTER2_TESTS := tests/cluster/fabric
 # tests/cluster/link-flap (tests/run --cluster 3 tests/cluster/link-flap)
 # fails about one run in twenty (by hand, three sessions) and is left out
-# until the stall of the
-# others is fixed (barrier numbers that diverge during the outage:
-# docs/architecture.md, "What is still open").
+# until its stall is fixed (barrier numbers that diverge during the
+# outage: docs/architecture.md, "What is still open").
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
 	tests/cluster/rank-restarts
 
