@@ -355,6 +355,15 @@ static void node_close(struct qk_node *nd)
 	free(nd->grads);
 }
 
+/* The rows of @n examples' ids in @nd->ids: pointers into the table. */
+static void qk_rows(const struct qk_job *j, struct qk_node *nd, int n)
+{
+	size_t emb = (size_t)j->o->model.emb_dim;
+
+	for (size_t i = 0; i < (size_t)n * SS_SPARSE; i++)
+		nd->rows[i] = j->tables + nd->ids[i] * emb;
+}
+
 /* One step of node @nd on its next batch, the table as it is. */
 static void node_step(struct qk_job *j, struct qk_node *nd)
 {
@@ -376,8 +385,7 @@ static void node_step(struct qk_job *j, struct qk_node *nd)
 		return;
 	}
 	ss_model_batch_rows(&o->model, nd->batch, n, nd->ids);
-	for (size_t i = 0; i < (size_t)n * SS_SPARSE; i++)
-		nd->rows[i] = j->tables + nd->ids[i] * (size_t)o->model.emb_dim;
+	qk_rows(j, nd, n);
 	nd->loss_sum += ss_model_step_rows(&o->model, nd->w, nd->work,
 					   nd->batch, n, &nd->optim, nd->rows,
 					   nd->gids, nd->grads, &nd->n_grads) *
@@ -415,14 +423,11 @@ static void apply_rows(struct qk_job *j)
  * the steps a round spans), none when a round spans one step or less. */
 static double qk_eta(const struct qk_opts *o)
 {
-	double span = o->mode == QK_FOREGROUND ? o->sync_every :
-						 (double)lround(o->gap);
-
 	if (o->eta >= 0)
 		return o->eta;
-	if (span > o->nodes)
-		span = o->nodes;
-	return span > 1 ? 1 - 1 / span : 0;
+	return ss__bmuf_eta_for(o->nodes, o->mode == QK_FOREGROUND ?
+						  o->sync_every :
+						  (double)lround(o->gap));
 }
 
 /*
@@ -596,9 +601,7 @@ static int evaluate(struct qk_job *j, int k, const struct ss_example *test,
 							      (size_t)o->batch);
 
 		ss_model_batch_rows(&o->model, test + b, n, nd->ids);
-		for (size_t i = 0; i < (size_t)n * SS_SPARSE; i++)
-			nd->rows[i] = j->tables +
-				      nd->ids[i] * (size_t)o->model.emb_dim;
+		qk_rows(j, nd, n);
 		ss_model_predict_rows(&o->model, nd->w, nd->work, test + b, n,
 				      nd->rows, p + b);
 	}

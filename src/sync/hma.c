@@ -50,7 +50,7 @@ bool ss__hma_wanted(const struct ss_sync *s)
 					       SS_SYNC_HIERARCHICAL_FROM;
 
 	return s->opts.algo == SS_SYNC_MA && from > 0 && s->n_members >= from &&
-	       ss__hma_group(s->n_members) > 1;
+	       s->hma_group > 1;
 }
 
 struct ss_hma {
@@ -82,10 +82,7 @@ static void ss_hma_place(struct ss_sync *s, struct ss_hma *h)
 {
 	int me = s->member_index[s->rank];
 
-	for (int p = 0; p < s->world; p++)
-		if (s->member_index[p] >= 0)
-			s->member_rank[s->member_index[p]] = p;
-	h->G = ss__hma_group(s->n_members);
+	h->G = s->hma_group;
 	h->C = s->n_members / h->G;
 	h->g = me / h->G;
 	h->q = me % h->G;

@@ -429,9 +429,12 @@ bool ss__set_members(struct ss_sync *s, const bool *in)
 
 		changed = changed || member != (s->member_index[p] >= 0) ||
 			  !s->n_members;
+		if (member)
+			s->member_rank[m] = p;
 		s->member_index[p] = member ? m++ : -1;
 	}
 	s->n_members = m;
+	s->hma_group = ss__hma_group(m);
 	for (int p = 0; s->state && p < s->world; p++)
 		if (s->member_index[p] >= 0) {
 			s->state->lowest = htobe32((uint32_t)p);

@@ -214,8 +214,9 @@ struct ss_sync {
 	struct ss__state *view; /* a peer's, as last READ (ss__read_view) */
 	const float **parts; /* a round's contributions, one a peer */
 	bool *came, *done_sent, *late; /* a barrier's, a rank each */
-	int *member_rank,
-		*hma_peers; /* hma.c: a member's rank; whom we talk to */
+	int *member_rank; /* the rank of each member, by its place */
+	int hma_group; /* hma.c: ranks a group for these members (1: flat) */
+	int *hma_peers; /* hma.c: whom a round talks to */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
 
@@ -534,6 +535,9 @@ struct ss__round_result {
 int ss__round_ma(struct ss_sync *s, struct ss__round_result *res);
 /* ma.c: S-BMUF's block momentum for this round */
 double ss__bmuf_eta(struct ss_sync *s);
+/* ss__bmuf_eta_for() - 1 - 1/min(@members, @span), 0 for a span of 1 or
+ * less: the default for rounds of @span steps (quality-k's too) */
+double ss__bmuf_eta_for(int members, double span);
 /* hma.c: hierarchical S-MA, and whether this round is one (its groups) */
 int ss__round_hma(struct ss_sync *s, struct ss__round_result *res);
 int ss__hma_group(int members);
