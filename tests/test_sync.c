@@ -6,6 +6,7 @@
  * checks the result against the closed form.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -421,6 +422,60 @@ Test(sync, no_torn_average_with_a_rank_stopped_by_sigstop, .timeout = 180)
 	cr_assert_gt(checked, 3 * 3 * 20, "only %d shard-rounds", checked);
 	cr_assert_gt(job.stats[0].rounds_partial, 0,
 		     "the stops never left rank 2 out");
+}
+
+/*
+ * A rank late to a barrier that the others held without it (its link was
+ * down, say): they are one barrier on, and it must meet them there rather
+ * than take their next barrier's message for this one's and wait for a
+ * DONE they never send (both sides then timed out, over and over: the
+ * link-flap stall seen on the soft-RoCE cluster).  Rank 1 sits out a
+ * barrier; it enters its own once ranks 0 and 2 are in the next one.
+ */
+#define LATE_TIMEOUT_MS 300 /* the barrier waits 4 x this + 5 s */
+
+static int body_late_to_a_barrier(struct ss_sync *s, int rank, struct job *job)
+{
+	uint64_t deadline = ss_deadline_ns(60000);
+	int rc;
+
+	(void)job;
+	if (rank != 1) {
+		rc = ss_sync_barrier(s);
+		fail_if(rc != -ETIMEDOUT, "the barrier without rank 1: %s",
+			rc ? ss_strerror(rc) : "all came");
+		/* and agreed on who did, though its deadline had passed */
+		fail_if(s->n_members != 2, "%d members after it, want 2",
+			s->n_members);
+	} else {
+		/* until rank 0's message for the barrier after ours is here */
+		pthread_mutex_lock(&s->fabric_lock);
+		while (ss__rounds_after(s->seen[SS_MSG_BARRIER][0],
+					s->barrier_seq) < 1 &&
+		       !ss_deadline_passed(deadline))
+			ss__pump(s, 1);
+		pthread_mutex_unlock(&s->fabric_lock);
+		fail_if(ss_deadline_passed(deadline),
+			"rank 0 never went on to its next barrier");
+	}
+	rc = ss_sync_barrier(s);
+	fail_if(rc, "the barrier that rank 1 comes to: %s", ss_strerror(rc));
+	fail_if(ss_sync_round(s), "round");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, a_rank_late_to_a_barrier_held_without_it_meets_the_next,
+     .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_late_to_a_barrier,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = LATE_TIMEOUT_MS;
+	run(&job);
+	assert_exact_mean(&job);
 }
 
 /*

@@ -51,6 +51,80 @@ static void ss_barrier_send(struct ss_sync *s, int p)
 }
 
 /*
+ * Whether @p held our barrier without us, which its message numbered past
+ * it says: a barrier message of the next one with no DONE of this one
+ * before it (a peer that met us here says DONE before it leaves, and we
+ * have not said ours, so it cannot have left with us), or one further on.
+ * After a link's outage the ranks count barriers apart: those that held
+ * one without us are ahead, and wait for our message with their number
+ * while we would wait for their DONE of ours, which they never send.
+ * Only a member counts: ranks that each went on with their own members
+ * (a partition both sides lived through) meet again through
+ * ss__rejoin(), the side cut off giving up what it trained alone.
+ */
+static bool ss_held_without_us(const struct ss_sync *s, int p)
+{
+	int32_t ahead =
+		ss__rounds_after(s->seen[SS_MSG_BARRIER][p], s->barrier_seq);
+
+	return s->member_index[p] >= 0 &&
+	       (ahead >= 2 ||
+		(ahead == 1 && ss__rounds_after(s->seen[SS_MSG_BARRIER_DONE][p],
+						s->barrier_seq) < 0));
+}
+
+/*
+ * The first half: every expected peer's message.  One that held this
+ * barrier without us gives us its number: we take it and send ours again
+ * under it, so that the ranks meet in one barrier (the others, still at
+ * ours, see the new number from us and take it in turn).
+ */
+static int ss_barrier_gather(struct ss_sync *s, uint64_t deadline)
+{
+	for (;;) {
+		bool all = true;
+
+		for (int p = 0; p < s->world; p++) {
+			if (!ss__expected(s, SS_MSG_BARRIER, p) ||
+			    !ss_held_without_us(s, p))
+				continue;
+			ss_log_info("sync: rank %d held barrier %u without us "
+				    "(it is at %u): taking its number",
+				    p, s->barrier_seq,
+				    s->seen[SS_MSG_BARRIER][p]);
+			s->barrier_seq = s->seen[SS_MSG_BARRIER][p];
+			memset(s->barrier_sent, 0,
+			       (size_t)s->world * sizeof(bool));
+			s->state->in_barrier =
+				htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
+		}
+		for (int p = 0; p < s->world; p++) {
+			if (!ss__expected(s, SS_MSG_BARRIER, p))
+				continue;
+			ss_barrier_send(s, p);
+			all = all && ss__got(s, SS_MSG_BARRIER, p);
+		}
+		if (all)
+			return 0;
+		if (ss_deadline_passed(deadline)) {
+			for (int p = 0; p < s->world; p++)
+				if (ss__expected(s, SS_MSG_BARRIER, p) &&
+				    !ss__got(s, SS_MSG_BARRIER, p)) {
+					ss_log_debug(
+						"sync: barrier %u: rank %d's "
+						"last barrier message was "
+						"%u",
+						s->barrier_seq, p,
+						s->seen[SS_MSG_BARRIER][p]);
+					ss__leave_out(s, p, "no answer");
+				}
+			return -ETIMEDOUT;
+		}
+		ss__pump(s, 1);
+	}
+}
+
+/*
  * A peer that comes back while we wait here still gets our barrier
  * message (it waits for it in its own first half), and we wait for its
  * message in turn, as the first half would have: then it has come, gets
@@ -273,34 +347,7 @@ int ss__barrier(struct ss_sync *s)
 	ss_log_debug("sync: rank %d enters barrier %u at round %u", s->rank,
 		     s->barrier_seq, s->round);
 	/* A peer that comes back while we wait gets our message then. */
-	for (;;) {
-		bool all = true;
-
-		for (int p = 0; p < s->world; p++) {
-			if (!ss__expected(s, SS_MSG_BARRIER, p))
-				continue;
-			ss_barrier_send(s, p);
-			all = all && ss__got(s, SS_MSG_BARRIER, p);
-		}
-		if (all)
-			break;
-		if (ss_deadline_passed(deadline)) {
-			for (int p = 0; p < s->world; p++)
-				if (ss__expected(s, SS_MSG_BARRIER, p) &&
-				    !ss__got(s, SS_MSG_BARRIER, p)) {
-					ss_log_debug(
-						"sync: barrier %u: rank %d's "
-						"last barrier message was "
-						"%u",
-						s->barrier_seq, p,
-						s->seen[SS_MSG_BARRIER][p]);
-					ss__leave_out(s, p, "no answer");
-				}
-			rc = -ETIMEDOUT;
-			break;
-		}
-		ss__pump(s, 1);
-	}
+	rc = ss_barrier_gather(s, deadline);
 	ss__wait_sends(s, deadline);
 	if (ss_barrier_done(s, deadline) < 0)
 		rc = -ETIMEDOUT;
@@ -313,6 +360,13 @@ int ss__barrier(struct ss_sync *s)
 		came[p] = ss_came(s, p) ||
 			  (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
 			   ss__got(s, SS_MSG_BARRIER_DONE, p) && !s->left[p]);
+	/*
+	 * A barrier that timed out still agrees on who came, given a round
+	 * timeout more: with the deadline passed, the decider would find no
+	 * view in time and go on alone while the others went on with it.
+	 */
+	if (ss_deadline_passed(deadline))
+		deadline = ss_deadline_ns(s->timeout_ms);
 	ss_barrier_agree(s, came, deadline);
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
