@@ -436,6 +436,58 @@ Test(fabric, long_operations_split_and_many_in_flight, .timeout = 240)
 	cr_assert_eq(run_job(&job), 0);
 }
 
+/*
+ * The same over a CQ too small for 256 sends a peer, as a job of some
+ * 16000 ranks or more has on a CQ of 4 M entries: SS_VERBS_MAX_CQE 176 =
+ * 2 QPs x 16 + 128 shared receives + 16 leaves 16 a peer, signaled every
+ * 16, and the long READ (257 WRs) and the 300 small ones still land.
+ */
+static int body_split_small_cq(struct rank_ctx *c, struct job *job)
+{
+	uint32_t depth = ss_fabric_send_depth(c->f);
+
+	fail_if(depth != (verbs() ? 16u : 0u), "send depth %u, want %u", depth,
+		verbs() ? 16u : 0u);
+	return body_split(c, job);
+}
+
+Test(fabric, long_operations_with_few_sends_in_flight_a_peer, .timeout = 240)
+{
+	struct job job = { .world = 2,
+			   .body = body_split_small_cq,
+			   .max_message = 4096 };
+
+	skip_without_device();
+	setenv("SS_VERBS_MAX_CQE", "176", 1);
+	job.region_len[R_SHARED] = MIB + 8192;
+	job.region_len[R_LOCAL] = MIB + 8192;
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* A CQ that cannot hold two sends a peer refuses the job, saying why. */
+Test(fabric, a_completion_queue_too_small_for_the_job_is_refused)
+{
+	struct ss_fabric *f = NULL;
+	int rc;
+
+	skip_without_device();
+	if (!verbs())
+		cr_skip_test("over verbs only (shm has no completion queue)");
+	setenv("SS_VERBS_MAX_CQE", "140", 1); /* < 128 receives + 16 + 2 x 2 */
+	rc = ranks_fabric_open(0, 2, ranks_port_base(), 1, 1, &f);
+	cr_assert_eq(rc, -ENOSPC, "open: %d, %s", rc, ss_strerror(rc));
+	cr_assert(strstr(ss_last_error()->why, "completion queue is too small"),
+		  "%s", ss_last_error()->why);
+	setenv("SS_VERBS_MAX_CQE", "nine", 1);
+	rc = ranks_fabric_open(0, 2, ranks_port_base(), 1, 1, &f);
+	cr_assert_eq(rc, SS_EUSAGE, "a bad SS_VERBS_MAX_CQE: %d", rc);
+	unsetenv("SS_VERBS_MAX_CQE");
+	rc = ranks_fabric_open(0, 2, ranks_port_base(), 1, 1, &f);
+	cr_assert_eq(rc, 0, "open: %s", ss_strerror(rc));
+	cr_assert_eq(ss_fabric_send_depth(f), 256);
+	ss_fabric_close(&f);
+}
+
 /* ---- two ranks that fill each other's queue of immediates ------------- */
 
 #define FLOOD 3000 /* more immediates than a peer's queue holds (shm 1024) */

@@ -152,6 +152,42 @@ Test(world, shared_receives_stop_growing_with_the_world)
 }
 
 /*
+ * Every QP's completions and the shared receives go to one CQ, which must
+ * never overrun: 256 sends in flight a peer while the device's CQ holds
+ * them (4 M entries, mlx5's limit: up to about 16000 ranks), fewer beyond,
+ * and none where not even one fits.  The sum never passes the CQ.
+ */
+Test(world, sends_in_flight_fit_the_completion_queue)
+{
+	static const struct {
+		int world, max_cqe;
+		uint32_t srq, want;
+	} cases[] = {
+		{ 2, 4194303, 128, 256 },
+		{ 4096, 4194303, 8192, 256 },
+		{ 16384, 4194303, 8192, 255 },
+		{ 65536, 4194303, 8192, 63 },
+		{ 65536, 65536 + 8192 + 16, 8192, 1 },
+		{ 65536, 70000, 8192, 0 },
+		{ 3, 100, 384, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		uint32_t got = ss__verbs_sq_limit(
+			cases[i].world, cases[i].max_cqe, cases[i].srq);
+
+		cr_assert_eq(got, cases[i].want,
+			     "%d ranks, CQ of %d, %u receives: %u, want %u",
+			     cases[i].world, cases[i].max_cqe, cases[i].srq,
+			     got, cases[i].want);
+		if (got)
+			cr_assert_leq((int64_t)cases[i].world * got +
+					      cases[i].srq + 16,
+				      (int64_t)cases[i].max_cqe);
+	}
+}
+
+/*
  * A shared receive's completion names its QP by number: the map finds the
  * peer, forgets a number whose peer has a new QP since, and survives more
  * reconnections than it has room (it keeps the live numbers then).

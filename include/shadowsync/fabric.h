@@ -30,7 +30,7 @@
  * read what is fixed once set, from any thread at any time:
  * ss_fabric_rank(), ss_fabric_world(), ss_fabric_transport(), and
  * ss_region_ptr(), ss_region_len() and ss_region_index() of an allocated
- * region.  Different endpoints are independent, each in its own thread
+ * region, and ss_fabric_send_depth().  Different endpoints are independent, each in its own thread
  * if need be.  The functions that take no endpoint (options, names,
  * parsers, the peer lists, ss_launcher_rank(),
  * ss_fabric_verbs_available()) may run in any thread at once.
@@ -219,6 +219,15 @@ uint32_t ss_fabric_peer_epoch(const struct ss_fabric *fabric, int peer);
  * own as it waits; call this when not polling for a while.
  */
 void ss_fabric_progress(struct ss_fabric *fabric);
+
+/*
+ * ss_fabric_send_depth() - how many pieces (a READ list's rows, a long
+ * operation's messages) may be in flight to one peer before posting to it
+ * waits for earlier ones to complete; 0: no such limit (shm).  Fixed once
+ * connected.  Over verbs 256, fewer in a job so large that the device's
+ * completion queue cannot hold that many for every peer.
+ */
+uint32_t ss_fabric_send_depth(const struct ss_fabric *fabric);
 
 /* ss_fabric_peer_len() - length of region @index at @peer (0 if none). */
 size_t ss_fabric_peer_len(const struct ss_fabric *fabric, int peer, int index);

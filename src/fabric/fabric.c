@@ -407,6 +407,11 @@ bool ss_fabric_peer_ok(const struct ss_fabric *f, int peer)
 	       f->peers[peer].connected && !f->peers[peer].failed;
 }
 
+uint32_t ss_fabric_send_depth(const struct ss_fabric *f)
+{
+	return f->send_depth;
+}
+
 size_t ss_fabric_peer_len(const struct ss_fabric *f, int peer, int index)
 {
 	if (peer < 0 || peer >= f->opts.world || index < 0 ||

@@ -92,6 +92,7 @@ struct ss_fabric {
 	struct ss_completion *backlog;
 	int backlog_head, backlog_count, backlog_cap;
 	unsigned empty_polls; /* non-waiting polls that found nothing */
+	uint32_t send_depth; /* ss_fabric_send_depth(); 0: no limit */
 	/* ss_fabric_set_placement(): regions' memory before its first touch */
 	void (*place)(void *ctx, void *ptr, size_t len);
 	void *place_ctx;

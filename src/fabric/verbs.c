@@ -172,7 +172,8 @@ static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 {
 	const char *want =
 		f->opts.device ? f->opts.device : getenv("SS_DEVICE");
-	const char *addr = f->addrs[f->opts.rank];
+	const char *addr = f->addrs[f->opts.rank], *env;
+	long small;
 
 	if (!v->listen->verbs)
 		return ss_error_set(
@@ -193,6 +194,20 @@ static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 	    ibv_query_port(v->ctx, v->port, &v->port_attr))
 		return ss_error_set(-errno, NULL, NULL, "querying %s",
 				    ss__verbs_where(v));
+	/*
+	 * SS_VERBS_MAX_CQE: a smaller CQ than the device's, to run a few
+	 * ranks as a job too large for the device's CQ runs (fewer sends in
+	 * flight a peer; tests/test_fabric.c).
+	 */
+	env = getenv("SS_VERBS_MAX_CQE");
+	if (env && *env) {
+		int rc = ss_parse_long("SS_VERBS_MAX_CQE", env, 1,
+				       v->dev_attr.max_cqe, &small);
+
+		if (rc < 0) /* the detail names it and the device's limit */
+			return rc;
+		v->dev_attr.max_cqe = (int)small;
+	}
 	if (v->port_attr.state != IBV_PORT_ACTIVE)
 		return ss_error_set(SS_ENODEVICE,
 				    ibv_port_state_str(v->port_attr.state),
@@ -262,17 +277,35 @@ static int ss_verbs_open(struct ss_fabric *f)
 	rc = ss__verbs_srq_open(f);
 	if (rc < 0)
 		goto err;
-	cqe = f->opts.world * SS_VERBS_SQ_DEPTH + (int)v->srq_depth + 16;
-	if (cqe > v->dev_attr.max_cqe) {
-		/* a full CQ overruns: the device then fails it */
-		ss_log_warn("verbs: %s holds %d completions a CQ, fewer than "
-			    "the %d that %d peers can have outstanding: a CQ "
-			    "overrun would fail every peer (fewer ranks per "
-			    "device avoid it)",
-			    ss__verbs_where(v), v->dev_attr.max_cqe, cqe,
-			    f->opts.world - 1);
-		cqe = v->dev_attr.max_cqe;
+	/*
+	 * One CQ takes every QP's completions and the shared queue's: a
+	 * full CQ overruns, and the device then fails it (every peer).  So
+	 * what each peer may have in flight is what the device's CQ holds
+	 * for all of them: 256 up to about 16000 ranks on a CQ of 4 M.  (A
+	 * failed peer's flushes come at once, and are taken long before it
+	 * reconnects, after at least 500 ms, and sends to it again.)
+	 */
+	v->sq_limit = ss__verbs_sq_limit(f->opts.world, v->dev_attr.max_cqe,
+					 v->srq_depth);
+	if (v->sq_limit < 2) {
+		rc = ss_error_set(
+			-ENOSPC, "its completion queue is too small",
+			"run fewer ranks per job on this device",
+			"verbs: %s holds %d completions a CQ: %d ranks need at least %d",
+			ss__verbs_where(v), v->dev_attr.max_cqe, f->opts.world,
+			2 * f->opts.world + (int)v->srq_depth + 16);
+		goto err;
 	}
+	if (v->sq_limit < SS_VERBS_SQ_DEPTH)
+		ss_log_info("verbs: %s holds %d completions a CQ: %u sends in "
+			    "flight a peer for %d ranks (instead of %d)",
+			    ss__verbs_where(v), v->dev_attr.max_cqe,
+			    v->sq_limit, f->opts.world, SS_VERBS_SQ_DEPTH);
+	v->signal_every = v->sq_limit < SS_VERBS_SIGNAL_EVERY ?
+				  v->sq_limit :
+				  SS_VERBS_SIGNAL_EVERY;
+	f->send_depth = v->sq_limit;
+	cqe = f->opts.world * (int)v->sq_limit + (int)v->srq_depth + 16;
 	v->cq = ibv_create_cq(v->ctx, cqe, NULL, NULL, 0);
 	if (!v->cq) {
 		rc = ss_error_set(-errno, NULL, NULL,
@@ -443,7 +476,7 @@ static int ss_verbs_op_done(struct ss_fabric *f, const struct ibv_wc *wc,
 	if ((int32_t)(seq - vp->head_seq) < 0)
 		return 0; /* the rest of an operation already reported */
 	if (wc->status == IBV_WC_SUCCESS && part) {
-		vp->sq_used -= SS_VERBS_SIGNAL_EVERY;
+		vp->sq_used -= v->signal_every;
 		return 0;
 	}
 	vp->head_seq = seq + 1;
@@ -554,7 +587,7 @@ static int ss_verbs_wait_room(struct ss_fabric *f, int p, uint32_t need)
 	uint64_t deadline = 0; /* read the clock only when we must wait */
 	struct ss_completion c[16];
 
-	while (v->peers[p].sq_used + need > SS_VERBS_SQ_DEPTH) {
+	while (v->peers[p].sq_used + need > v->sq_limit) {
 		int n = ss__verbs_drain(f, c, 16);
 
 		for (int i = 0; i < n; i++)
@@ -657,12 +690,11 @@ static int ss_verbs_post(struct ss_fabric *f, const struct ss__op *op)
 	slot->wr_id = op->wr_id;
 	slot->op = (uint8_t)op->op;
 	/* The final signaled WR frees the WRs since the last signaled one. */
-	slot->n_wrs = (uint16_t)(n_wrs - (n_wrs - 1) / SS_VERBS_SIGNAL_EVERY *
-						 SS_VERBS_SIGNAL_EVERY);
+	slot->n_wrs = (uint16_t)(n_wrs - (n_wrs - 1) / v->signal_every *
+						 v->signal_every);
 	while (k < n_wrs) {
-		uint32_t batch = n_wrs - k < SS_VERBS_SIGNAL_EVERY ?
-					 n_wrs - k :
-					 SS_VERBS_SIGNAL_EVERY;
+		uint32_t batch = n_wrs - k < v->signal_every ? n_wrs - k :
+							       v->signal_every;
 
 		rc = ss_verbs_wait_room(f, op->peer, batch);
 		if (rc < 0)

@@ -44,7 +44,7 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 		.send_cq = v->cq,
 		.recv_cq = v->cq,
 		.srq = v->srq,
-		.cap = { .max_send_wr = SS_VERBS_SQ_DEPTH,
+		.cap = { .max_send_wr = v->sq_limit,
 			 .max_send_sge = 1,
 			 .max_inline_data = SS_VERBS_INLINE },
 		.qp_type = IBV_QPT_RC,
@@ -872,7 +872,7 @@ int ss__verbs_loopback(struct ss_fabric *f)
 	struct ibv_qp_init_attr ia = {
 		.send_cq = v->cq,
 		.recv_cq = v->cq,
-		.cap = { .max_send_wr = SS_VERBS_SQ_DEPTH,
+		.cap = { .max_send_wr = v->sq_limit,
 			 .max_recv_wr = 1,
 			 .max_send_sge = 1,
 			 .max_recv_sge = 1 },

@@ -98,6 +98,13 @@ struct ss_verbs {
 	 */
 	struct ibv_srq *srq;
 	uint32_t srq_depth;
+	/*
+	 * Send WRs in flight a peer (SS_VERBS_SQ_DEPTH, fewer where the
+	 * device's CQ cannot hold that many for every peer: every posted WR
+	 * may complete, flushed, into the one CQ), and every how many a
+	 * long operation's WRs are signaled (at most sq_limit).
+	 */
+	uint32_t sq_limit, signal_every;
 	struct ss_verbs_qpn *qpns;
 	uint32_t qpn_cap, qpn_used;
 	/* while connecting: the first fatal error, the last peer refused */
@@ -117,6 +124,15 @@ struct ss_verbs_qpn {
  * before), at most SS_VERBS_SRQ_MAX and the device's @max_wr.
  */
 uint32_t ss__verbs_srq_depth(int world, uint32_t max_wr);
+
+/*
+ * ss__verbs_sq_limit() - send WRs in flight to each of @world QPs (the
+ * peers' and the loopback's) such that their completions and the shared
+ * queue's @srq_depth receives fit a CQ of @max_cqe entries:
+ * SS_VERBS_SQ_DEPTH where they do, fewer where not; 0 where not even one
+ * a QP does.
+ */
+uint32_t ss__verbs_sq_limit(int world, int max_cqe, uint32_t srq_depth);
 
 /* ss__verbs_srq_open() - the shared receive queue, full, and the map. */
 int ss__verbs_srq_open(struct ss_fabric *f);

@@ -22,6 +22,16 @@ uint32_t ss__verbs_srq_depth(int world, uint32_t max_wr)
 	return (uint32_t)(want < max_wr ? want : max_wr);
 }
 
+uint32_t ss__verbs_sq_limit(int world, int max_cqe, uint32_t srq_depth)
+{
+	int64_t room = (int64_t)max_cqe - (int64_t)srq_depth - 16,
+		each = world > 0 ? room / world : 0;
+
+	return each <= 0		 ? 0 :
+	       each >= SS_VERBS_SQ_DEPTH ? SS_VERBS_SQ_DEPTH :
+					   (uint32_t)each;
+}
+
 int ss__verbs_srq_repost(struct ss_verbs *v)
 {
 	struct ibv_recv_wr wr = { .wr_id = SS_WR_RECV }, *bad;

@@ -243,11 +243,11 @@ static bool ss_post_fetches(struct ss_table *tb, struct ss__table_lookup *l,
 
 	for (int o = 0; o < tb->world && l->remaining > 0; o++)
 		while (l->cursor[o] < l->by_owner[o + 1] &&
-		       tb->flight[o] < SS__TABLE_MAX_FLIGHT) {
+		       tb->flight[o] < tb->max_flight) {
 			int k = l->cursor[o], n = l->by_owner[o + 1] - k;
 
-			if (n > SS__TABLE_MAX_FLIGHT - tb->flight[o])
-				n = SS__TABLE_MAX_FLIGHT - tb->flight[o];
+			if (n > tb->max_flight - tb->flight[o])
+				n = tb->max_flight - tb->flight[o];
 			if (n > SS_FABRIC_MAX_LIST)
 				n = SS_FABRIC_MAX_LIST;
 			for (int i = 0; i < n; i++) {

@@ -89,7 +89,7 @@ static bool ss_send_barrier(struct ss_table *tb, int only, uint32_t imm)
 	for (int p = 0; p < tb->world; p++)
 		if (p != tb->rank && (only < 0 || p == only) &&
 		    ss_fabric_peer_ok(tb->fabric, p) &&
-		    tb->flight[p] >= SS__TABLE_MAX_FLIGHT)
+		    tb->flight[p] >= tb->max_flight)
 			return false;
 	for (int p = 0; p < tb->world; p++)
 		if (p != tb->rank && (only < 0 || p == only) &&

@@ -84,7 +84,7 @@ static void ss_read_head(struct ss_table *tb, int o)
 	size_t off = (size_t)((uint8_t *)&tb->heads_in[o] -
 			      (uint8_t *)ss_region_ptr(tb->r_local));
 
-	if (ob->head_reading || tb->flight[o] >= SS__TABLE_MAX_FLIGHT)
+	if (ob->head_reading || tb->flight[o] >= tb->max_flight)
 		return;
 	ob->refreshed_ns = ss_now_ns();
 	if (ss_fabric_read(tb->fabric, o, tb->r_local, off, SS_TABLE_R_HEAD,
@@ -148,7 +148,7 @@ static void ss_post_log(struct ss_table *tb, int o)
 	       out_off = (size_t)(tb->log_out -
 				  (uint8_t *)ss_region_ptr(tb->r_local));
 
-	while (ob->posted < ob->tail && tb->flight[o] < SS__TABLE_MAX_FLIGHT) {
+	while (ob->posted < ob->tail && tb->flight[o] < tb->max_flight) {
 		uint64_t at = ob->posted % tb->opts.log_entries,
 			 n = ob->tail - ob->posted;
 		size_t off;

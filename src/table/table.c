@@ -350,6 +350,7 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	const struct ss_table_options *opts = &copy;
 	struct ss_fabric_options fo;
 	struct ss_table *tb;
+	uint32_t depth;
 	int rc;
 
 	*table = NULL;
@@ -413,6 +414,10 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 		ss_error_prefix("table endpoint of rank %d", tb->rank);
 		goto fail;
 	}
+	depth = ss_fabric_send_depth(tb->fabric);
+	tb->max_flight = depth && depth * 3 / 4 < SS__TABLE_MAX_FLIGHT ?
+				 (int)(depth * 3 / 4) :
+				 SS__TABLE_MAX_FLIGHT;
 	rc = pthread_create(&tb->proxy, NULL, ss__table_proxy, tb);
 	if (rc) {
 		rc = ss_error_set(-rc, NULL, NULL, "table proxy thread");

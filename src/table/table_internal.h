@@ -64,8 +64,8 @@ struct ss__table_lookup {
 };
 
 /* Work requests the proxy keeps in flight to one peer, at most: below
- * the fabric's send queue (256 over verbs), so that posting never waits.
- * A READ list of n rows counts n. */
+ * the fabric's send depth (256 over verbs), so that posting never waits
+ * (tb->max_flight: 3/4 of a smaller one).  A READ list of n rows counts n. */
 #define SS__TABLE_MAX_FLIGHT 192
 
 /* What a client hands the proxy: lookups, and a ring of gradients. */
@@ -133,7 +133,7 @@ struct ss_table {
 	 * first of them went out): a peer that leaves them unanswered past
 	 * the silence bound is failed (a dead host answers nothing).
 	 */
-	int *flight;
+	int *flight, max_flight;
 	uint64_t *answered_ns;
 	/* an idle proxy sleeps here; clients with work wake it */
 	pthread_mutex_t idle_lock;
