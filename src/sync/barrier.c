@@ -77,15 +77,19 @@ static bool ss_held_without_us(const struct ss_sync *s, int p)
  * The first half: every expected peer's message.  One that held this
  * barrier without us gives us its number: we take it and send ours again
  * under it, so that the ranks meet in one barrier (the others, still at
- * ours, see the new number from us and take it in turn).
+ * ours, see the new number from us and take it in turn), with the whole
+ * wait (@wait_ms) from there.  Not in a barrier whose number came from
+ * the rank we join through (@numbered): our members then may be the side
+ * we leave.  Returns 0, or -ETIMEDOUT with *@deadline passed.
  */
-static int ss_barrier_gather(struct ss_sync *s, uint64_t deadline)
+static int ss_barrier_gather(struct ss_sync *s, bool numbered, unsigned wait_ms,
+			     uint64_t *deadline)
 {
 	for (;;) {
 		bool all = true;
 
 		for (int p = 0; p < s->world; p++) {
-			if (!ss__expected(s, SS_MSG_BARRIER, p) ||
+			if (numbered || !ss__expected(s, SS_MSG_BARRIER, p) ||
 			    !ss_held_without_us(s, p))
 				continue;
 			ss_log_info("sync: rank %d held barrier %u without us "
@@ -97,6 +101,7 @@ static int ss_barrier_gather(struct ss_sync *s, uint64_t deadline)
 			       (size_t)s->world * sizeof(bool));
 			s->state->in_barrier =
 				htobe32(SS_STATE_IN_BARRIER | s->barrier_seq);
+			*deadline = ss_deadline_ns(wait_ms);
 		}
 		for (int p = 0; p < s->world; p++) {
 			if (!ss__expected(s, SS_MSG_BARRIER, p))
@@ -106,7 +111,7 @@ static int ss_barrier_gather(struct ss_sync *s, uint64_t deadline)
 		}
 		if (all)
 			return 0;
-		if (ss_deadline_passed(deadline)) {
+		if (ss_deadline_passed(*deadline)) {
 			for (int p = 0; p < s->world; p++)
 				if (ss__expected(s, SS_MSG_BARRIER, p) &&
 				    !ss__got(s, SS_MSG_BARRIER, p)) {
@@ -327,11 +332,13 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 int ss__barrier(struct ss_sync *s)
 {
 	unsigned wait = 4 * s->timeout_ms + 5000;
-	uint64_t deadline = ss_deadline_ns(wait);
+	uint64_t deadline = ss_deadline_ns(wait), agree_by;
 	uint32_t top = s->round;
 	uint64_t joins = 0;
-	bool *came = s->came;
+	bool *came = s->came, numbered = s->barrier_numbered;
 	int rc = 0;
+
+	s->barrier_numbered = false;
 
 	/*
 	 * S-EASGD deltas that came early for the round the barrier skips:
@@ -347,7 +354,7 @@ int ss__barrier(struct ss_sync *s)
 	ss_log_debug("sync: rank %d enters barrier %u at round %u", s->rank,
 		     s->barrier_seq, s->round);
 	/* A peer that comes back while we wait gets our message then. */
-	rc = ss_barrier_gather(s, deadline);
+	rc = ss_barrier_gather(s, numbered, wait, &deadline);
 	ss__wait_sends(s, deadline);
 	if (ss_barrier_done(s, deadline) < 0)
 		rc = -ETIMEDOUT;
@@ -361,12 +368,14 @@ int ss__barrier(struct ss_sync *s)
 			  (p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
 			   ss__got(s, SS_MSG_BARRIER_DONE, p) && !s->left[p]);
 	/*
-	 * A barrier that timed out still agrees on who came, given a round
-	 * timeout more: with the deadline passed, the decider would find no
-	 * view in time and go on alone while the others went on with it.
+	 * The agreement gets a round timeout at least, also in a barrier that
+	 * timed out: with no time left, the decider would find no view in
+	 * time and go on alone while the others went on with it.
 	 */
-	if (ss_deadline_passed(deadline))
-		deadline = ss_deadline_ns(s->timeout_ms);
+	agree_by = ss_deadline_ns(s->timeout_ms);
+	if (deadline > agree_by)
+		agree_by = deadline;
+	deadline = agree_by;
 	ss_barrier_agree(s, came, deadline);
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {

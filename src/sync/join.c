@@ -117,6 +117,7 @@ static int ss_sync_join(struct ss_sync *s, int h)
 			"sync: rank %d reseeding %zu floats from rank %d",
 			s->rank, s->n, h);
 	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
+	s->barrier_numbered = true;
 	return ss__barrier(s);
 }
 
@@ -203,6 +204,7 @@ int ss__rejoin(struct ss_sync *s, int h)
 	if (!ss_reseed_from(s, h, deadline))
 		goto err;
 	s->barrier_seq = k;
+	s->barrier_numbered = true;
 	return ss__barrier(s);
 err:
 	/* alone a while more: the next round looks again */

@@ -163,6 +163,12 @@ struct ss_sync {
 
 	uint32_t round, barrier_seq;
 	/*
+	 * The next barrier's number was taken from a live rank (joining,
+	 * rejoining): it is not to be taken from our members instead, who
+	 * may be on the side we leave (barrier.c, ss_barrier_gather).
+	 */
+	bool barrier_numbered;
+	/*
 	 * seen[kind][p]: for control kinds, the barrier (or round) of
 	 * the newest message of @kind from @p.  arrived[kind][parity * world + p]: for
 	 * round kinds, the round of @p's message in the slot of that parity.
