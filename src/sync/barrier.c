@@ -88,8 +88,8 @@ static int ss_barrier_gather(struct ss_sync *s, bool numbered, unsigned wait_ms,
 	for (;;) {
 		bool all = true;
 
-		for (int p = 0; p < s->world; p++) {
-			if (numbered || !ss__expected(s, SS_MSG_BARRIER, p) ||
+		for (int p = 0; !numbered && p < s->world; p++) {
+			if (!ss__expected(s, SS_MSG_BARRIER, p) ||
 			    !ss_held_without_us(s, p))
 				continue;
 			ss_log_info("sync: rank %d held barrier %u without us "
@@ -373,9 +373,8 @@ int ss__barrier(struct ss_sync *s)
 	 * time and go on alone while the others went on with it.
 	 */
 	agree_by = ss_deadline_ns(s->timeout_ms);
-	if (deadline > agree_by)
-		agree_by = deadline;
-	deadline = agree_by;
+	if (deadline < agree_by)
+		deadline = agree_by;
 	ss_barrier_agree(s, came, deadline);
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
