@@ -82,9 +82,44 @@ static size_t ss_stream_threshold(void)
 }
 
 /*
- * out = (own + sum of others) / (k + 1), a block at a time in a buffer
- * that stays in L1, then stored (streamed past the cache's size): one
- * pass over memory in all.
+ * dst = (own + sum of others) / (k + 1) over @len floats of a block: one
+ * pass for 2 and 3 ranks, several over @dst beyond (it stays in L1).
+ */
+static void ss_average_block(float *restrict dst, const float *restrict w,
+			     const float *const *others, int k, size_t b,
+			     size_t len, float scale)
+{
+	if (k == 1) {
+		const float *restrict p0 = others[0] + b;
+
+		for (size_t i = 0; i < len; i++)
+			dst[i] = (w[i] + p0[i]) * scale;
+	} else if (k == 2) {
+		const float *restrict p0 = others[0] + b;
+		const float *restrict p1 = others[1] + b;
+
+		for (size_t i = 0; i < len; i++)
+			dst[i] = (w[i] + p0[i] + p1[i]) * scale;
+	} else {
+		for (size_t i = 0; i < len; i++)
+			dst[i] = w[i];
+		for (int j = 0; j < k; j++) {
+			const float *restrict p = others[j] + b;
+
+			for (size_t i = 0; i < len; i++)
+				dst[i] += p[i];
+		}
+		for (size_t i = 0; i < len; i++)
+			dst[i] *= scale;
+	}
+}
+
+/*
+ * out = (own + sum of others) / (k + 1), a block at a time: one pass over
+ * memory in all.  Past the cache's size each block is summed in a buffer
+ * that stays in L1 and streamed out; below, it is summed in place in
+ * @out (through a buffer the copy out of it cost 0.7x of memcpy with the
+ * arrays in the cache: two more L1 accesses a float).
  */
 void ss__average(float *restrict out, const float *restrict own,
 		 const float *const *others, int k, size_t n)
@@ -97,38 +132,14 @@ void ss__average(float *restrict out, const float *restrict own,
 
 	for (size_t b = 0; b < n; b += BLOCK) {
 		size_t len = n - b < BLOCK ? n - b : BLOCK;
-		const float *restrict w = own + b;
 
-		/* 2 and 3 ranks in one pass each; more in several */
-		if (k == 1) {
-			const float *restrict p0 = others[0] + b;
-
-			for (size_t i = 0; i < len; i++)
-				tmp[i] = (w[i] + p0[i]) * scale;
-		} else if (k == 2) {
-			const float *restrict p0 = others[0] + b;
-			const float *restrict p1 = others[1] + b;
-
-			for (size_t i = 0; i < len; i++)
-				tmp[i] = (w[i] + p0[i] + p1[i]) * scale;
-		} else {
-			for (size_t i = 0; i < len; i++)
-				tmp[i] = w[i];
-			for (int j = 0; j < k; j++) {
-				const float *restrict p = others[j] + b;
-
-				for (size_t i = 0; i < len; i++)
-					tmp[i] += p[i];
-			}
-			for (size_t i = 0; i < len; i++)
-				tmp[i] *= scale;
+		if (!stream) {
+			ss_average_block(out + b, own + b, others, k, b, len,
+					 scale);
+			continue;
 		}
-		if (stream) {
-			ss_stream(out + b, tmp, len);
-		} else {
-			for (size_t i = 0; i < len; i++)
-				out[b + i] = tmp[i];
-		}
+		ss_average_block(tmp, own + b, others, k, b, len, scale);
+		ss_stream(out + b, tmp, len);
 	}
 #if defined(__SSE__)
 	if (stream)
