@@ -543,7 +543,9 @@ Test(cmd_metrics, replaced_while_training, .timeout = 300)
 			       "$D/log; [ -e %s ] && echo back",
 			       dir, path, path);
 	cmd_run(out + strlen(out), sizeof(out) - strlen(out),
-		"kill $(cat %s/pid); sleep 0.5; cat %s/log", dir, dir);
+		"P=$(cat %s/pid); kill $P; for i in $(seq 300); do "
+		"kill -0 $P 2>/dev/null || break; sleep 0.1; done; cat %s/log",
+		dir, dir);
 	cr_assert(seen, "no file with examples while training: %s",
 		  text ? text : "(none)");
 	cr_assert_eq(gone, 0, "%s", out);
