@@ -46,7 +46,12 @@ static float *alloc_floats(size_t n, float value)
 	return p;
 }
 
-static int cmp_double(const void *x, const void *y);
+static int cmp_double(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
 
 /*
  * Each kernel is timed in turn with memcpy on the same buffers, rep by
@@ -133,13 +138,6 @@ struct round_job {
 	uint64_t key;
 	double *median_us; /* shared: rank 0's result */
 };
-
-static int cmp_double(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return a < b ? -1 : a > b;
-}
 
 static int round_rank(struct round_job *job, int rank)
 {

@@ -28,10 +28,10 @@
  * layer does (an endpoint given to ss_sync_create() or opened by
  * ss_table_open() is theirs until they are destroyed).  The exceptions
  * read what is fixed once set, from any thread at any time:
- * ss_fabric_rank(), ss_fabric_world(), ss_fabric_transport(), and
- * ss_region_ptr(), ss_region_len() and ss_region_index() of an allocated
- * region, and ss_fabric_send_depth().  Different endpoints are independent, each in its own thread
- * if need be.  The functions that take no endpoint (options, names,
+ * ss_fabric_rank(), ss_fabric_world(), ss_fabric_transport(),
+ * ss_fabric_send_depth(), and ss_region_ptr(), ss_region_len() and
+ * ss_region_index() of an allocated region.  Different endpoints are
+ * independent, each in its own thread if need be.  The functions that take no endpoint (options, names,
  * parsers, the peer lists, ss_launcher_rank(),
  * ss_fabric_verbs_available()) may run in any thread at once.
  */

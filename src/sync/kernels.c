@@ -82,13 +82,16 @@ static size_t ss_stream_threshold(void)
 }
 
 /*
- * dst = (own + sum of others) / (k + 1) over @len floats of a block: one
- * pass for 2 and 3 ranks, several over @dst beyond (it stays in L1).
+ * dst = (own + sum of others) / (k + 1) over the @len floats of each from
+ * @b: one pass for 2 and 3 ranks, several over @dst beyond (it stays in
+ * L1).
  */
-static void ss_average_block(float *restrict dst, const float *restrict w,
+static void ss_average_block(float *restrict dst, const float *restrict own,
 			     const float *const *others, int k, size_t b,
 			     size_t len, float scale)
 {
+	const float *restrict w = own + b;
+
 	if (k == 1) {
 		const float *restrict p0 = others[0] + b;
 
@@ -133,13 +136,10 @@ void ss__average(float *restrict out, const float *restrict own,
 	for (size_t b = 0; b < n; b += BLOCK) {
 		size_t len = n - b < BLOCK ? n - b : BLOCK;
 
-		if (!stream) {
-			ss_average_block(out + b, own + b, others, k, b, len,
-					 scale);
-			continue;
-		}
-		ss_average_block(tmp, own + b, others, k, b, len, scale);
-		ss_stream(out + b, tmp, len);
+		ss_average_block(stream ? tmp : out + b, own, others, k, b, len,
+				 scale);
+		if (stream)
+			ss_stream(out + b, tmp, len);
 	}
 #if defined(__SSE__)
 	if (stream)
