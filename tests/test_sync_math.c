@@ -2,6 +2,7 @@
 /* The algorithms' kernels on small vectors, against closed forms. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "sync/sync_internal.h"
 
@@ -227,4 +228,56 @@ Test(kernels, apply_measured_is_apply_then_distance)
 		cr_assert_eq(w2[i], w1[i], "w[%d]", i);
 	cr_assert_eq(d2, d1);
 	cr_assert_eq(n2, n1);
+}
+
+/*
+ * Past the cache's size the average sums in an L1 buffer and streams it
+ * out with non-temporal stores: the same floats as the in-cache path,
+ * to an output and from inputs at any alignment, with a scalar head and
+ * a short last block.
+ * The arrays are sized from the threshold so that this CPU takes the
+ * streamed path, whatever its cache.
+ */
+static float *big_floats(size_t n, int k)
+{
+	float *p = malloc((n + 8) * sizeof(float));
+
+	cr_assert(p, "%zu floats", n);
+	for (size_t i = 0; i < n + 8; i++)
+		p[i] = v(k, (int)(i % 101));
+	return p;
+}
+
+Test(kernels, streamed_average_matches_the_cached_one)
+{
+	for (int k = 0; k <= 3; k++) {
+		size_t n = ss__stream_threshold() / sizeof(float) /
+				   (size_t)(k + 2) +
+			   1027;
+		float *own = big_floats(n, 0), *out = big_floats(n, 9);
+		float *base[3] = { big_floats(n, 1), big_floats(n, 2),
+				   big_floats(n, 3) };
+		const float *others[3];
+		float scale = 1.0f / (float)(k + 1);
+
+		for (int j = 0; j < 3; j++)
+			others[j] = base[j] + j + 1; /* unaligned reads */
+		ss__average(out + 1, own + 3, others, k, n); /* unaligned */
+		for (size_t i = 0; i < n; i++) {
+			float want = own[3 + i];
+
+			for (int j = 0; j < k; j++)
+				want += others[j][i];
+			want *= scale;
+			cr_assert_eq(out[1 + i], want, "k %d, element %zu", k,
+				     i);
+		}
+		cr_assert_eq(out[0], v(9, 0), "before the output");
+		cr_assert_eq(out[n + 1], v(9, (int)((n + 1) % 101)),
+			     "after the output");
+		free(own);
+		free(out);
+		for (int j = 0; j < 3; j++)
+			free(base[j]);
+	}
 }

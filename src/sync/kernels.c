@@ -65,7 +65,7 @@ static void ss_stream(float *restrict dst, const float *restrict src,
  * all the same: 0.42x of memcpy at 4 MiB arrays here); S-MA's own shard
  * is usually far below.
  */
-static size_t ss_stream_threshold(void)
+size_t ss__stream_threshold(void)
 {
 	static size_t cached;
 	size_t t = __atomic_load_n(&cached, __ATOMIC_RELAXED);
@@ -131,7 +131,7 @@ void ss__average(float *restrict out, const float *restrict own,
 	float tmp[BLOCK] __attribute__((aligned(64)));
 	float scale = 1.0f / (float)(k + 1);
 	bool stream =
-		(size_t)(k + 2) * n * sizeof(float) > ss_stream_threshold();
+		(size_t)(k + 2) * n * sizeof(float) > ss__stream_threshold();
 
 	for (size_t b = 0; b < n; b += BLOCK) {
 		size_t len = n - b < BLOCK ? n - b : BLOCK;

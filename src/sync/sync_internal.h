@@ -576,5 +576,7 @@ void ss__bmuf(float *w_g, float *momentum, float *avg, size_t n, float eta,
 void ss__easgd(float *w, const float *c, float *d, size_t n, float alpha);
 void ss__add(float *c, const float *d, size_t n);
 void ss__gossip(float *w, const float *peer, size_t n, float beta);
+/* Bytes of arrays past which a kernel's output bypasses the cache. */
+size_t ss__stream_threshold(void);
 
 #endif /* SS_SYNC_INTERNAL_H */
