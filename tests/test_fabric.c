@@ -32,6 +32,10 @@ struct rank_ctx {
 	struct ss_region *r[N_REGIONS];
 	int rank, world;
 	int marks; /* FINAL_MARK immediates that came while waiting for else */
+	/* other immediates that came before the completion being waited for:
+	 * wait_imm() takes them first, in their order */
+	struct ss_completion early[8];
+	int n_early;
 };
 
 /* The immediate a rank sends when it is done with its peers. */
@@ -103,13 +107,26 @@ static int wait_one(struct rank_ctx *c, struct ss_completion *out)
 	}
 }
 
-/* Wait for the completion of a posted operation. */
+/*
+ * Wait for the completion of a posted operation.  A peer's immediate may
+ * come first, legally: the peer answers the WRITE_WITH_IMM it received
+ * while the acknowledgement that completes that WRITE here is still on
+ * its way (soft-RoCE sends them from separate tasks, and under load the
+ * answer overtakes the acknowledgement).  Such an immediate is kept for
+ * wait_imm().
+ */
 static int wait_op(struct rank_ctx *c, uint64_t wr_id, enum ss_op op)
 {
 	struct ss_completion comp;
 
-	if (wait_one(c, &comp))
-		return 1;
+	for (;;) {
+		if (wait_one(c, &comp))
+			return 1;
+		if (comp.op != SS_OP_RECV_IMM || op == SS_OP_RECV_IMM ||
+		    c->n_early == (int)(sizeof(c->early) / sizeof(c->early[0])))
+			break;
+		c->early[c->n_early++] = comp;
+	}
 	fail_if(comp.op != op || comp.wr_id != wr_id,
 		"got %s wr_id %llu, want %s wr_id %llu", ss_op_name(comp.op),
 		(unsigned long long)comp.wr_id, ss_op_name(op),
@@ -124,8 +141,14 @@ static int wait_imm(struct rank_ctx *c, int peer, uint32_t *imm)
 {
 	struct ss_completion comp;
 
-	if (wait_one(c, &comp))
+	if (c->n_early) {
+		comp = c->early[0];
+		c->n_early--;
+		memmove(c->early, c->early + 1,
+			(size_t)c->n_early * sizeof(comp));
+	} else if (wait_one(c, &comp)) {
 		return 1;
+	}
 	fail_if(comp.op != SS_OP_RECV_IMM || comp.peer != peer,
 		"got %s from %d, want an immediate from %d",
 		ss_op_name(comp.op), comp.peer, peer);

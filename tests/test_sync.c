@@ -1103,8 +1103,16 @@ static int body_rejoin(struct ss_sync *s, int rank, struct job *job)
 				(unsigned long long)st.rounds);
 			ss_sleep_ns(1000000);
 		}
-		fail_if(st.joins != (uint64_t)n_victims || st.rounds < 2,
-			"let in %llu, %llu rounds; want %d, at least 2",
+		/*
+		 * No count of rounds without the victims is asked for: where
+		 * the new processes have asked to join by the time a survivor
+		 * makes its first call after the kill (held up past the
+		 * restart, under load: seen once in 10 runs in the guest),
+		 * that call is the barrier that lets them in, not a round,
+		 * and the survivor has run just the first round.
+		 */
+		fail_if(st.joins != (uint64_t)n_victims,
+			"let in %llu after %llu rounds; want %d",
 			(unsigned long long)st.joins,
 			(unsigned long long)st.rounds, n_victims);
 		memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
