@@ -93,9 +93,15 @@ static int rank_main(int rank, void *arg)
 	ss_train_options_init(&to);
 	to.threads = 2;
 	to.batch = 32;
-	to.optimizer = SS_OPT_SGD;
-	/* elastic averaging pulls replicas apart less gently at high rates */
-	to.lr = job->algo == SS_SYNC_EASGD ? 0.2f : 0.4f;
+	/*
+	 * Adagrad, the command's default: SGD at the rates this short job
+	 * needed (0.4 for S-MA) ended near the constant predictor in 2 runs
+	 * of 60 over shm, 1 of 20 with both tests at once and 1 of 16 over
+	 * verbs (mean NE 0.95 to 1.04): its own swing at the end of a pass
+	 * (docs/perf.md, "Hogwild quality"), not the sync's.
+	 */
+	to.optimizer = SS_OPT_ADAGRAD;
+	to.lr = 0.05f;
 	to.data = job->path;
 	to.begin = job->split * (uint64_t)rank / (uint64_t)job->world;
 	to.end = job->split * (uint64_t)(rank + 1) / (uint64_t)job->world;
@@ -178,13 +184,13 @@ static void run(int world, enum ss_sync_algo algo)
 	cr_assert_eq(total, TRAIN, "every training example once");
 	/*
 	 * Better than the constant predictor (NE 1) by a margin that holds
-	 * whatever the threads' timing: seen S-MA 0.85-0.91 at lr 0.4 on the
-	 * generator's current defaults, each rank; S-EASGD about 0.88 at lr
-	 * 0.2 (with the old defaults one of its 3 ranks now and then ended
-	 * near 0.995, hence the mean).
+	 * whatever the threads' timing: rank 0's held-out NE was 0.754 to
+	 * 0.787 in 60 runs of S-MA over shm, 0.756 to 0.769 in 10 over verbs,
+	 * 0.755 to 0.789 in 30 of S-EASGD over shm; with both tests at once
+	 * on 2 cores (the shadow threads short of a core) up to 0.891 and
+	 * 0.862 in 20 runs.
 	 */
-	cr_assert_lt(mean_ne, algo == SS_SYNC_MA ? 0.95 : 0.985,
-		     "mean NE %f over %d ranks", mean_ne, world);
+	cr_assert_lt(mean_ne, 0.95, "mean NE %f over %d ranks", mean_ne, world);
 	fprintf(stderr, "%d ranks, %s: held-out NE %.4f (teacher floor %.4f)\n",
 		world, ss_sync_algo_name(algo), job.out->ne[0], teacher.ne);
 }
