@@ -870,7 +870,6 @@ Test(sync, random_gossip_reaches_consensus, .timeout = 180)
 static int body_shadow(struct ss_sync *s, int rank, struct job *job)
 {
 	struct ss_sync_stats st;
-
 	uint64_t t0;
 
 	(void)job;

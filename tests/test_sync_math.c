@@ -234,9 +234,8 @@ Test(kernels, apply_measured_is_apply_then_distance)
  * Past the cache's size the average sums in an L1 buffer and streams it
  * out with non-temporal stores: the same floats as the in-cache path,
  * to an output and from inputs at any alignment, with a scalar head and
- * a short last block.
- * The arrays are sized from the threshold so that this CPU takes the
- * streamed path, whatever its cache.
+ * a short last block.  The arrays are sized from the threshold so that
+ * this CPU takes the streamed path, whatever its cache.
  */
 static float *big_floats(size_t n, int k)
 {
