@@ -586,9 +586,9 @@ Test(cmd_launch, ranks_do_not_outlive_launch)
 
 	snprintf(
 		cmd, sizeof(cmd),
-		"%s gen-data --out %s/big.txt --examples 400000 --cardinality 300 >/dev/null || exit 9; "
-		"{ %s launch -n 2 --port %d -- train --data %s/big.txt " MODEL
-		" --threads 1 --progress 0 >/dev/null 2>&1 & }; L=$!; "
+		"{ %s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
+		" --threads 1 --progress 0 --epochs 10000 >/dev/null 2>&1 & }; "
+		"L=$!; "
 		"for i in $(seq 100); do "
 		"  [ $(pgrep -P $L | wc -l) = 2 ] && break; sleep 0.1; "
 		"done; R=$(pgrep -P $L | tr '\\n' ' '); echo \"ranks $R\"; "
@@ -606,8 +606,7 @@ Test(cmd_launch, ranks_do_not_outlive_launch)
 		"done; [ -z \"$A\" ] && break; sleep 0.1; done; "
 		"echo \"$A\"; echo left $(ls /dev/shm | "
 		"grep -cE '^ss-127\\.0\\.0\\.1:(%d|%d|%d|%d)-')",
-		SS_COMMAND, dir, SS_COMMAND, p, dir, p, p + 1, p, p + 1, p + 2,
-		p + 3);
+		SS_COMMAND, p, dir, p, p + 1, p, p + 1, p + 2, p + 3);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert(strstr(out, "ranks ") && !strstr(out, "ranks \n"), "%s", out);
 	cr_assert_null(strstr(out, "alive"), "%s", out);
