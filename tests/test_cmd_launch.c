@@ -13,15 +13,19 @@
 #include "cmd.h"
 #include "ranks.h"
 
-static char dir[] = "/tmp/ss-launch-XXXXXX";
-/* launch_and_kill_a_rank()'s folder, on tmpfs; "" when there is none */
+/*
+ * The suite's folder, and launch_and_kill_a_rank()'s ("" when there is
+ * none), on tmpfs: the ranks here write logs and checkpoints while others
+ * wait for them, and on a busy disk one fsync took 19 s (see that helper).
+ */
+static char dir[] = "/dev/shm/shadowsync-test-launch-XXXXXX";
 static char work[64];
 
 #define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
 
 static void setup(void)
 {
-	strcpy(dir, "/tmp/ss-launch-XXXXXX");
+	strcpy(dir, "/dev/shm/shadowsync-test-launch-XXXXXX");
 	cmd_data_dir(dir);
 }
 
