@@ -14,6 +14,16 @@ int cmd_run(char *out, size_t size, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /*
+ * CMD_TMPFS_DIR() - a mkdtemp template on tmpfs, for a test whose ranks
+ * write files while others wait for them.  On this machine's disk, busy
+ * with the tests' own data files, one fsync took 14 to 19 s, and writes
+ * of other files waited behind it (launch's output, a checkpoint): what
+ * a test watched appeared only after the job had ended.  What the disk
+ * does is not what those tests test.
+ */
+#define CMD_TMPFS_DIR(name) "/dev/shm/shadowsync-test-" name "-XXXXXX"
+
+/*
  * cmd_data_dir() - make a folder from @dir (a mkdtemp template) holding
  * train.txt (6000 generated examples) and test.txt (1000 of another
  * sample), 300 values per categorical feature.

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* shadowsync launch: ranks on one machine, a failing rank, its refusals. */
 #include <criterion/criterion.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,27 +12,20 @@
 #include "cmd.h"
 #include "ranks.h"
 
-/*
- * The suite's folder, and launch_and_kill_a_rank()'s ("" when there is
- * none), on tmpfs: the ranks here write logs and checkpoints while others
- * wait for them, and on a busy disk one fsync took 19 s (see that helper).
- */
-static char dir[] = "/dev/shm/shadowsync-test-launch-XXXXXX";
-static char work[64];
+/* on tmpfs: the ranks here write logs and checkpoints while others wait */
+static char dir[] = CMD_TMPFS_DIR("launch");
 
 #define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
 
 static void setup(void)
 {
-	strcpy(dir, "/dev/shm/shadowsync-test-launch-XXXXXX");
+	strcpy(dir, CMD_TMPFS_DIR("launch"));
 	cmd_data_dir(dir);
 }
 
 static void teardown(void)
 {
 	cmd_rm_dir(dir);
-	if (work[0])
-		cmd_rm_dir(work);
 }
 
 TestSuite(cmd_launch, .init = setup, .fini = teardown, .timeout = 120);
@@ -225,20 +217,16 @@ Test(cmd_launch, output_is_prefixed_by_rank)
  * Runs `launch LAUNCH_ARGS -- train` on 400000 examples (big.txt, its
  * last 4000 also in held.txt) with MODEL, one thread and TRAIN_ARGS, and
  * kills rank @victim with SIGKILL once the shell condition @ready holds
- * in the working folder (NULL: once the victim has trained a second, its
+ * in the data folder (NULL: once the victim has trained a second, its
  * first progress line: begun, whatever the machine's load; TRAIN_ARGS
  * then give --progress 1); @out gets "launch status N" and launch's
  * output without the ranks' progress lines (3 ranks' make 16 KiB in 40 s
  * under ASan, and the job's summary at the end would not fit).
- *
- * The folder is on tmpfs.  On a busy disk (these tests' 100 MB data
- * files, written and deleted) a file's fsync took 14 to 19 s here, and
- * the writes of others wait behind it: launch's of `out`, where the test
- * looks for the victim's progress, and a --save-every checkpoint's, which
- * ends with fsync.  The kill then came after the others had finished (in
- * one `make check` of ASan builds, and 2 runs of 9 beside a writer of
- * 150 MB files), and the restarted rank found no one to join.  What the
- * disk does is not what these tests test.
+ * The folder is on tmpfs (CMD_TMPFS_DIR): on the disk, the kill came
+ * after the others had finished (in one `make check` of ASan builds, and
+ * 2 runs of 9 beside a writer of 150 MB files), since `out` and the
+ * --save-every checkpoint the test watches waited behind an fsync, and
+ * the restarted rank found no one to join.
  */
 static void launch_and_kill_a_rank(char *out, size_t size, int p,
 				   const char *launch_args,
@@ -247,9 +235,6 @@ static void launch_and_kill_a_rank(char *out, size_t size, int p,
 {
 	char cmd[2048], progress[64];
 
-	strcpy(work, "/dev/shm/shadowsync-test-XXXXXX");
-	cr_assert_not_null(mkdtemp(work), "mkdtemp %s: %s", work,
-			   strerror(errno));
 	snprintf(progress, sizeof(progress),
 		 "grep -q '^.rank %d. rank %d: ' out", victim, victim);
 	snprintf(
@@ -265,11 +250,9 @@ static void launch_and_kill_a_rank(char *out, size_t size, int p,
 		"ps -o pid,args --ppid $L; fi; wait $L; "
 		"echo \"launch status $?\"; "
 		"grep -v '^.rank [0-9]*. rank [0-9]*: [0-9]* s: ' out",
-		work, SS_COMMAND, SS_COMMAND, launch_args, p, train_args,
+		dir, SS_COMMAND, SS_COMMAND, launch_args, p, train_args,
 		ready ? ready : progress, victim);
 	cmd_run(out, size, "%s", cmd);
-	cmd_rm_dir(work);
-	work[0] = '\0';
 }
 
 /*
