@@ -154,6 +154,17 @@ Test(data, error_names_file_and_line)
 		  ss_last_error()->what);
 	ss_reader_close(&r);
 
+	/*
+	 * From a range that starts on line 2, the bad line is its second:
+	 * the lines before the range are counted once, then added.
+	 */
+	cr_assert_eq(ss_reader_open(&r, path, 1, 0, SS_BAD_LINES_FAIL), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "bad.txt:3"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+
 	/* Skipped and counted instead. */
 	cr_assert_eq(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP), 0);
 	for (int i = 0; i < 3; i++)
@@ -161,6 +172,45 @@ Test(data, error_names_file_and_line)
 	cr_assert_eq(ss_reader_next(r, &ex), 0);
 	cr_assert_eq(ss_reader_skipped(r), 1);
 	ss_reader_close(&r);
+}
+
+/*
+ * Each line skipped from a range that starts mid-file is named by its
+ * number in the whole file (in the debug log): the lines before the
+ * range are counted at the first, and the count serves the second.
+ */
+Test(data, skipped_lines_keep_their_numbers_mid_file)
+{
+	char text[4096], log[4096];
+	struct ss_reader *r;
+	struct ss_example ex;
+	const char *path;
+	FILE *err = tmpfile();
+	int saved = dup(2);
+	size_t n;
+
+	snprintf(text, sizeof(text), "%s\n1\tbad\n%s\n2\tbad\n%s\n", GOOD, GOOD,
+		 GOOD);
+	path = write_file("skips.txt", text);
+	cr_assert_not_null(err);
+	ss_log_set_level(SS_LOG_DEBUG);
+	fflush(stderr);
+	dup2(fileno(err), 2);
+	cr_assert_eq(ss_reader_open(&r, path, 1, 0, SS_BAD_LINES_SKIP), 0);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), 1);
+	cr_assert_eq(ss_reader_next(r, &ex), 0);
+	cr_assert_eq(ss_reader_skipped(r), 2);
+	ss_reader_close(&r);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(err);
+	n = fread(log, 1, sizeof(log) - 1, err);
+	log[n] = '\0';
+	fclose(err);
+	cr_assert(strstr(log, "skips.txt:2: skipped"), "%s", log);
+	cr_assert(strstr(log, "skips.txt:4: skipped"), "%s", log);
 }
 
 Test(data, missing_file_is_named)

@@ -20,13 +20,17 @@
  * doubles for a longer line, up to SS_MAX_LINE + 2. */
 #define SS_LINE_START 1024
 
+#define SS_UNCOUNTED UINT64_MAX
+
 struct ss_reader {
 	FILE *f;
 	char *path;
 	char *line; /* @cap bytes: the line, its newline, a NUL */
 	size_t cap;
-	uint64_t begin, end, pos;
+	uint64_t end, pos;
 	uint64_t lines; /* lines read in this range */
+	uint64_t first; /* the byte where this range's first line starts */
+	uint64_t lines_before; /* lines before @first; SS_UNCOUNTED till asked */
 	uint64_t skipped;
 	enum ss_bad_lines policy;
 };
@@ -189,7 +193,7 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 		ss_reader_close(&r);
 		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
 	}
-	r->begin = r->pos = begin;
+	r->pos = begin;
 	r->end = end;
 	r->policy = policy;
 	/* A line that started before @begin belongs to the previous range. */
@@ -206,28 +210,36 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 				break;
 		}
 	}
+	r->first = r->pos;
+	r->lines_before = begin > 0 ? SS_UNCOUNTED : 0;
 	*out = r;
 	return 0;
 }
 
-/* The absolute number of the line that starts at byte @at (from 1). */
-static uint64_t ss_line_number(struct ss_reader *r, uint64_t at)
+/*
+ * The absolute number (from 1) of the line just read.  The lines before
+ * a range that starts mid-file are counted once, when the first bad line
+ * asks, never for good lines: counting them again for every skipped line
+ * made --bad-lines=skip quadratic in the file's size.  0 when unknown.
+ */
+static uint64_t ss_line_number(struct ss_reader *r)
 {
-	uint64_t n = 1, pos = 0;
+	uint64_t n = 0, pos = 0;
 	FILE *f;
 	int c;
 
-	if (r->begin == 0)
-		return r->lines;
+	if (r->lines_before != SS_UNCOUNTED)
+		return r->lines_before + r->lines;
 	f = fopen(r->path, "r"); /* errors only: counting is fine here */
 	if (!f)
 		return 0;
-	while (pos < at && (c = fgetc(f)) != EOF) {
+	while (pos < r->first && (c = fgetc(f)) != EOF) {
 		pos++;
 		n += c == '\n';
 	}
 	fclose(f);
-	return n;
+	r->lines_before = n;
+	return n + r->lines;
 }
 
 /* Double the line buffer, up to SS_MAX_LINE + 2 bytes. */
@@ -334,17 +346,16 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 			return 1;
 		if (r->policy == SS_BAD_LINES_SKIP) {
 			r->skipped++;
-			ss_log_debug(
-				"%s:%llu: skipped: %s", r->path,
-				(unsigned long long)ss_line_number(r, start),
-				why);
+			ss_log_debug("%s:%llu: skipped: %s", r->path,
+				     (unsigned long long)ss_line_number(r),
+				     why);
 			continue;
 		}
 		return ss_error_set(
 			SS_EPARSE, why,
 			"fix the line, or pass --bad-lines=skip to count and skip such lines",
 			"%s:%llu", r->path,
-			(unsigned long long)ss_line_number(r, start));
+			(unsigned long long)ss_line_number(r));
 	}
 }
 
