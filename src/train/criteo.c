@@ -20,8 +20,6 @@
  * doubles for a longer line, up to SS_MAX_LINE + 2. */
 #define SS_LINE_START 1024
 
-#define SS_UNCOUNTED UINT64_MAX
-
 struct ss_reader {
 	FILE *f;
 	char *path;
@@ -30,7 +28,6 @@ struct ss_reader {
 	uint64_t end, pos;
 	uint64_t lines; /* lines read in this range */
 	uint64_t first; /* the byte where this range's first line starts */
-	uint64_t lines_before; /* lines before @first; SS_UNCOUNTED till asked */
 	uint64_t skipped;
 	enum ss_bad_lines policy;
 };
@@ -211,16 +208,15 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 		}
 	}
 	r->first = r->pos;
-	r->lines_before = begin > 0 ? SS_UNCOUNTED : 0;
 	*out = r;
 	return 0;
 }
 
 /*
- * The absolute number (from 1) of the line just read.  The lines before
- * a range that starts mid-file are counted once, when the first bad line
- * asks, never for good lines: counting them again for every skipped line
- * made --bad-lines=skip quadratic in the file's size.  0 when unknown.
+ * The absolute number (from 1) of the line just read, for an error that
+ * ends the reading (0 when unknown).  A range that starts mid-file counts
+ * the lines before it from the file's start: never for good or skipped
+ * lines, which would make reading quadratic in the file's size.
  */
 static uint64_t ss_line_number(struct ss_reader *r)
 {
@@ -228,9 +224,9 @@ static uint64_t ss_line_number(struct ss_reader *r)
 	FILE *f;
 	int c;
 
-	if (r->lines_before != SS_UNCOUNTED)
-		return r->lines_before + r->lines;
-	f = fopen(r->path, "r"); /* errors only: counting is fine here */
+	if (r->first == 0)
+		return r->lines;
+	f = fopen(r->path, "r");
 	if (!f)
 		return 0;
 	while (pos < r->first && (c = fgetc(f)) != EOF) {
@@ -238,7 +234,6 @@ static uint64_t ss_line_number(struct ss_reader *r)
 		n += c == '\n';
 	}
 	fclose(f);
-	r->lines_before = n;
 	return n + r->lines;
 }
 
@@ -346,9 +341,10 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 			return 1;
 		if (r->policy == SS_BAD_LINES_SKIP) {
 			r->skipped++;
-			ss_log_debug("%s:%llu: skipped: %s", r->path,
-				     (unsigned long long)ss_line_number(r),
-				     why);
+			/* by its byte: a line number costs a pass over
+			 * the file before the range, for every chunk */
+			ss_log_debug("%s: skipped the line at byte %llu: %s",
+				     r->path, (unsigned long long)start, why);
 			continue;
 		}
 		return ss_error_set(
