@@ -216,6 +216,21 @@ static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 	return 0;
 }
 
+/*
+ * Make @fd non-blocking: the progress path reads it with no timeout, so a
+ * blocking one would hang a node on a quiet device.
+ */
+static int ss_nonblocking(int fd, const char *what, struct ss_verbs *v)
+{
+	int flags = fcntl(fd, F_GETFL);
+
+	if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+		return ss_error_set(-errno, NULL, NULL,
+				    "making %s of %s non-blocking", what,
+				    ss__verbs_where(v));
+	return 0;
+}
+
 static int ss_verbs_open(struct ss_fabric *f)
 {
 	struct ss_verbs *v = calloc(1, sizeof(*v));
@@ -313,10 +328,11 @@ static int ss_verbs_open(struct ss_fabric *f)
 				  ss__verbs_where(v));
 		goto err;
 	}
-	fcntl(v->channel->fd, F_SETFL,
-	      fcntl(v->channel->fd, F_GETFL) | O_NONBLOCK);
-	fcntl(v->ctx->async_fd, F_SETFL,
-	      fcntl(v->ctx->async_fd, F_GETFL) | O_NONBLOCK);
+	rc = ss_nonblocking(v->channel->fd, "the completion channel", v);
+	if (rc == 0)
+		rc = ss_nonblocking(v->ctx->async_fd, "the async event fd", v);
+	if (rc < 0)
+		goto err;
 	rc = ss_verbs_alloc_mem(v, table_len, IBV_ACCESS_REMOTE_READ,
 				(void **)&v->table, &v->table_mr);
 	if (rc < 0)

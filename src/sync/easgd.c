@@ -14,6 +14,17 @@
 
 void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
 {
+	/*
+	 * A sender outside our members (ranks that disagree on who is in,
+	 * for the moment) has no slot in our inbox: its delta is dropped,
+	 * and with it that mass, rather than read from outside the inbox.
+	 */
+	if (s->member_index[sender] < 0) {
+		ss_log_debug("sync: S-EASGD delta of round %u from rank %d, "
+			     "not a member here: dropped",
+			     round, sender);
+		return;
+	}
 	ss__add(s->center, s->inbox + ss__slot(s, round & 1, sender),
 		ss__shard_len(s, s->rank));
 }

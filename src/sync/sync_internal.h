@@ -343,7 +343,9 @@ static inline bool ss__got(const struct ss_sync *s, int kind, int p)
 {
 	if (!ss__round_kind(kind))
 		return ss__rounds_after(s->seen[kind][p], s->barrier_seq) >= 0;
-	return s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;
+	/* one from outside our members has no slot in our inbox to read */
+	return s->member_index[p] >= 0 &&
+	       s->arrived[kind][ss__arrival(s, s->round, p)] == s->round;
 }
 
 /*
