@@ -104,6 +104,13 @@ Test(cmd_bad_input, a_binary_line_is_quoted_without_control_bytes)
 	cr_assert(!strchr(out, '\x1b'), "raw escape byte in: %s", out);
 }
 
+/* The hint names the option of the command given, not only topo's. */
+Test(cmd_bad_input, more_threads_than_cores)
+{
+	refused(1, "(train --threads, topo --trainers)", true,
+		"train " MODEL " --data train.txt --threads 1024");
+}
+
 Test(cmd_bad_input, empty_layer_sizes)
 {
 	refused(2, "--bottom '13--8---4-': an empty size", true,

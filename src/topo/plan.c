@@ -348,12 +348,12 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *given,
 		   request->no_shadow || n_cores == 1 ? n_cores :
 							n_cores - 1;
 	if (trainers > n_cores && !request->oversubscribe) {
-		char hint[128];
+		char hint[160];
 
-		snprintf(
-			hint, sizeof(hint),
-			"use --trainers %d or fewer, or --oversubscribe to share cores",
-			n_cores);
+		snprintf(hint, sizeof(hint),
+			 "use %d trainers or fewer (train --threads, topo "
+			 "--trainers), or --oversubscribe to share cores",
+			 n_cores);
 		rc = ss_error_set(SS_ENOCORES, "more trainers than cores", hint,
 				  "%d trainers on %d cores", trainers, n_cores);
 		goto out_cores;
