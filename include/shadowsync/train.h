@@ -121,7 +121,8 @@ void ss_dense_backward_sgd(const struct ss_dense *layer, const float *x,
 struct ss_cpu_facts {
 	bool intel, avx512; /* AVX-512 F, DQ, BW and VL, usable */
 	bool env_arch; /* BLIS_ARCH_TYPE set by the user */
-	unsigned int family, model;
+	bool amd; /* in what was padding: the size and offsets stay */
+	unsigned int family, model; /* family: base plus extended */
 };
 
 /* ss_cpu_facts_read() - this CPU's and this process's facts. */

@@ -11,8 +11,11 @@
  * development VM, an Emerald Rapids, the model's GEMMs take 1.7x less time
  * on skx (docs/perf.md).  So: on an Intel CPU with AVX-512 of a later
  * generation than those BLIS's table covers, ask for skx, through
- * BLIS_ARCH_TYPE, before the first BLIS call.  A BLIS_ARCH_TYPE set by the
- * user is left alone.
+ * BLIS_ARCH_TYPE, before the first BLIS call.  AMD's the same, from family
+ * 0x1a (Zen 5) on: BLIS 0.9 knows families 0x17 and 0x19 (Zen to Zen 4,
+ * its zen3 kernels at most) and runs its generic C kernels on a later
+ * one, where skx trains 2.8x faster (docs/perf.md).  A BLIS_ARCH_TYPE set
+ * by the user is left alone.
  */
 #include <blis.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,6 +31,8 @@
 
 /* Family 6, model 0x55: Skylake-SP and Cascade Lake, BLIS's table. */
 #define SS_SKYLAKE_SP 0x55
+/* AMD's first family past those BLIS 0.9 knows (0x19: Zen 3 and 4). */
+#define SS_AMD_ZEN5 0x1a
 
 bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why)
 {
@@ -35,16 +40,26 @@ bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why)
 		*why = "BLIS_ARCH_TYPE is set";
 		return false;
 	}
-	if (!cpu->intel || !cpu->avx512) {
-		*why = "BLIS's own choice: no Intel AVX-512";
+	if (!cpu->avx512) {
+		*why = "BLIS's own choice: no AVX-512";
 		return false;
 	}
-	if (cpu->family == 6 && cpu->model == SS_SKYLAKE_SP) {
+	if (cpu->intel && cpu->family == 6 && cpu->model == SS_SKYLAKE_SP) {
 		*why = "BLIS's own choice: it counts this generation's FMA units";
 		return false;
 	}
-	*why = "AVX-512 of a generation BLIS 0.9 does not know";
-	return true;
+	if (cpu->intel) {
+		*why = "Intel AVX-512 of a generation BLIS 0.9 does not know";
+		return true;
+	}
+	if (cpu->amd && cpu->family >= SS_AMD_ZEN5) {
+		*why = "AMD AVX-512 of a family BLIS 0.9 does not know: its "
+		       "generic kernels otherwise";
+		return true;
+	}
+	*why = cpu->amd ? "BLIS's own choice: an AMD family it knows" :
+			  "BLIS's own choice: neither Intel nor AMD";
+	return false;
 }
 
 void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
@@ -54,14 +69,19 @@ void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
 #if defined(__x86_64__) || defined(__i386__)
 	unsigned int r[4];
 
-	if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3]))
+	if (__get_cpuid(0, &r[0], &r[1], &r[2], &r[3])) {
 		cpu->intel = r[1] == 0x756e6547 && r[3] == 0x49656e69 &&
 			     r[2] == 0x6c65746e; /* "GenuineIntel" */
+		cpu->amd = r[1] == 0x68747541 && r[3] == 0x69746e65 &&
+			   r[2] == 0x444d4163; /* "AuthenticAMD" */
+	}
 	if (__get_cpuid(1, &r[0], &r[1], &r[2], &r[3])) {
 		cpu->family = (r[0] >> 8) & 0xf;
 		cpu->model = (r[0] >> 4) & 0xf;
 		if (cpu->family == 6 || cpu->family == 15)
 			cpu->model += ((r[0] >> 16) & 0xf) << 4;
+		if (cpu->family == 15) /* AMD's since 0x10, as Linux counts */
+			cpu->family += (r[0] >> 20) & 0xff;
 	}
 	/* What BLIS's skx check asks for (the OS's zmm state included). */
 	__builtin_cpu_init();
@@ -69,7 +89,7 @@ void ss_cpu_facts_read(struct ss_cpu_facts *cpu)
 		      __builtin_cpu_supports("avx512dq") &&
 		      __builtin_cpu_supports("avx512bw") &&
 		      __builtin_cpu_supports("avx512vl");
-#endif /* elsewhere: no Intel, BLIS's own choice */
+#endif /* elsewhere: neither Intel nor AMD, BLIS's own choice */
 }
 
 const char *ss_blas_setup(char *note, size_t size)
