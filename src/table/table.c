@@ -536,18 +536,32 @@ static uint32_t ss_barrier_number(struct ss_table *tb)
  */
 static int ss_wait_peers(struct ss_table *tb, uint64_t deadline, uint32_t want)
 {
+	uint64_t start = ss_now_ns(), next_note = start + 30000000000ull;
+
 	for (int p = 0; p < tb->world; p++)
 		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
 		       (want ? atomic_load(&tb->barrier_seen[p]) < want :
 			       !atomic_load(&tb->hello_seen[p]))) {
+			uint64_t now = ss_now_ns();
+
 			if (ss_deadline_passed(deadline))
 				return ss_error_set(
 					-ETIMEDOUT,
 					want ? "it did not come" :
 					       "it never said hello",
-					NULL,
+					"see that rank's messages: it may still "
+					"be training, or be stopped or cut off",
 					"table barrier of rank %d: rank %d",
 					tb->rank, p);
+			/* a long wait says what it waits for */
+			if (now >= next_note) {
+				ss_log_warn(
+					"table barrier: waiting %.0f s for rank "
+					"%d (still training, or stopped): our "
+					"shard serves its lookups till it comes",
+					(double)(now - start) / 1e9, p);
+				next_note = now + 60000000000ull;
+			}
 			ss_sleep_ns(200000);
 		}
 	return 0;
