@@ -15,6 +15,7 @@
  * the old process left, maps the new objects and attaches in turn.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -36,11 +37,18 @@ enum { SS_SHM_CREATING, SS_SHM_READY, SS_SHM_CLOSED };
 struct ss_shm_ring {
 	_Atomic uint64_t tail; /* written by the sender */
 	_Atomic uint32_t attached; /* pid of the sender that has mapped us */
-	char pad1[52];
+	/* set by a sender that refused us, once refused_why is written: so
+	 * that we say why at once, not "no answer" at our timeout */
+	_Atomic uint32_t refused;
+	char refused_why[44];
+	char pad1[4];
 	_Atomic uint64_t head; /* written by the receiver */
 	char pad2[56];
 	uint32_t imm[SS_SHM_RING];
 };
+
+/* tail and attached on the sender's cache line, head on the receiver's */
+_Static_assert(offsetof(struct ss_shm_ring, head) == 64, "ss_shm_ring layout");
 
 struct ss_shm_ctl {
 	struct ss__hello hello; /* big-endian, as on the wire */
@@ -363,6 +371,44 @@ static int ss_shm_map_regions(struct ss_fabric *f, int p)
 	return 0;
 }
 
+static const char ss_shm_refused_hint[] =
+	"start every rank with the same job key, world size and model (and the same part of it synchronized)";
+
+/*
+ * Leave @why (its part before any ':', which names what differs) in the
+ * ring that @ctl's owner keeps for us, the sender @rank: the owner, which
+ * may have started first and be waiting for us, says it at once.
+ */
+static void ss_shm_tell_refused(struct ss_shm_ctl *ctl, int rank,
+				const char *why)
+{
+	struct ss_shm_ring *ring = &ctl->rings[rank];
+	size_t len = strcspn(why, ":");
+
+	if (len >= sizeof(ring->refused_why))
+		len = sizeof(ring->refused_why) - 1;
+	memcpy(ring->refused_why, why, len);
+	ring->refused_why[len] = '\0';
+	atomic_store_explicit(&ring->refused, 1, memory_order_release);
+}
+
+/* A peer that has refused us, as ss_shm_tell_refused() left it: an error. */
+static int ss_shm_check_refused(struct ss_fabric *f, int p)
+{
+	struct ss_shm *s = f->backend;
+	struct ss_shm_ring *ring = &s->ctl->rings[p];
+	char why[sizeof(ring->refused_why)];
+
+	if (!atomic_load_explicit(&ring->refused, memory_order_acquire))
+		return 0;
+	memcpy(why, ring->refused_why, sizeof(why));
+	why[sizeof(why) - 1] = '\0';
+	return ss_error_set(SS_EHANDSHAKE, why, ss_shm_refused_hint,
+			    "peer %d (%s) refused us (its own message says "
+			    "more)",
+			    p, f->peers[p].addr);
+}
+
 /* One attempt at mapping a peer: 1 mapped, 0 retry later, or < 0. */
 static int ss_shm_try_peer(struct ss_fabric *f, int p,
 			   const struct ss__hello *mine)
@@ -389,11 +435,12 @@ static int ss_shm_try_peer(struct ss_fabric *f, int p,
 		return 0;
 	}
 	ss__hello_from_wire(&sp->ctl->hello, &theirs);
-	if (ss__hello_check(mine, &theirs, p, why, sizeof(why)) < 0)
-		return ss_error_set(
-			SS_EHANDSHAKE, why,
-			"start every rank with the same job key, world size and model (and the same part of it synchronized)",
-			"peer %d (%s) refused", p, f->peers[p].addr);
+	if (ss__hello_check(mine, &theirs, p, why, sizeof(why)) < 0) {
+		ss_shm_tell_refused(sp->ctl, f->opts.rank, why);
+		return ss_error_set(SS_EHANDSHAKE, why, ss_shm_refused_hint,
+				    "peer %d (%s) refused", p,
+				    f->peers[p].addr);
+	}
 	rc = ss_shm_map_regions(f, p);
 	if (rc < 0)
 		return rc;
@@ -447,6 +494,9 @@ static int ss_shm_connect(struct ss_fabric *f)
 		for (int p = 0; p < f->opts.world; p++) {
 			if (p == f->opts.rank || attached[p])
 				continue;
+			rc = ss_shm_check_refused(f, p);
+			if (rc < 0)
+				goto out;
 			if (!f->peers[p].connected) {
 				rc = ss_shm_try_peer(f, p, &mine);
 				if (rc < 0)
