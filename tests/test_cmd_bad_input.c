@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cmd.h"
@@ -109,6 +110,28 @@ Test(cmd_bad_input, more_threads_than_cores)
 {
 	refused(1, "(train --threads, topo --trainers)", true,
 		"train " MODEL " --data train.txt --threads 1024");
+}
+
+/*
+ * gen-data writes OUT.tmp and renames it over OUT: a device or a folder
+ * given as --out is refused before, not replaced (as root, /dev/full
+ * became a regular file).  A FIFO stands in for the device here.
+ */
+Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
+{
+	char fifo[256];
+	struct stat st;
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	refused(2, "--out 'fifo': it is not a regular file", true,
+		"gen-data --out fifo --examples 10");
+	cr_assert_eq(stat(fifo, &st), 0);
+	cr_assert(S_ISFIFO(st.st_mode), "the FIFO was replaced");
+	refused(2, "--out '.': it is a folder", true,
+		"gen-data --out . --examples 10");
+	refused(1, "--out 'nodir/x.txt': writing 'nodir/x.txt.tmp'", true,
+		"gen-data --out nodir/x.txt --examples 10");
 }
 
 Test(cmd_bad_input, empty_layer_sizes)

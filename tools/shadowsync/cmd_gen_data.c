@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "command.h"
@@ -94,6 +95,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 	const char *out = NULL;
 	bool json = false, cardinality_given = false;
 	char tmp[4096];
+	struct stat st;
 	long v;
 	FILE *f;
 	int opt, rc = 0;
@@ -175,13 +177,27 @@ int ss_cmd_gen_data(int argc, char **argv)
 				     "give one of --shape criteo and "
 				     "--cardinality K",
 				     "--cardinality"));
+	/* The rename below would replace a device or a folder's name. */
+	if (stat(out, &st) == 0 && !S_ISREG(st.st_mode))
+		return ss_cmd_fail(
+			ss_gen_prog,
+			ss_error_set(SS_EUSAGE,
+				     S_ISDIR(st.st_mode) ?
+					     "it is a folder" :
+					     "it is not a regular file",
+				     "give the path of a file to write (and "
+				     "FILE.teacher.json beside it)",
+				     "--out '%s'", out));
 	/* Written under a temporary name, renamed when complete. */
 	snprintf(tmp, sizeof(tmp), "%s.tmp", out);
 	f = fopen(tmp, "w");
 	if (!f)
 		return ss_cmd_fail(
 			ss_gen_prog,
-			ss_error_set(-errno, NULL, NULL, "writing '%s'", tmp));
+			ss_error_set(-errno, NULL,
+				     "does its folder exist, and may we write "
+				     "there?",
+				     "--out '%s': writing '%s'", out, tmp));
 	rc = ss_gen_data(f, &o, &m);
 	if (fclose(f) != 0 && rc == 0)
 		rc = ss_error_set(-errno, NULL, "is the disk full?",
