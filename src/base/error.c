@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* Status codes and the per-thread detail of the last failure. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "shadowsync/base.h"
@@ -89,7 +91,7 @@ static void ss_put_printable(FILE *out, const char *s)
 	}
 }
 
-void ss_error_print(FILE *out, const char *prog, int code)
+static void ss_error_put(FILE *out, const char *prog, int code)
 {
 	if (ss_last.code != code || !ss_last.what[0]) {
 		fprintf(out, "%s: error: %s\n", prog, ss_strerror(code));
@@ -105,4 +107,27 @@ void ss_error_print(FILE *out, const char *prog, int code)
 		ss_put_printable(out, ss_last.hint);
 		putc('\n', out);
 	}
+}
+
+void ss_error_print(FILE *out, const char *prog, int code)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&text, &len);
+
+	/*
+	 * Composed first, then one write: on an unbuffered stderr each piece
+	 * was a write of its own, and a rank that `launch` stopped while it
+	 * wrote left half a line.
+	 */
+	if (!m) {
+		ss_error_put(out, prog, code);
+		return;
+	}
+	ss_error_put(m, prog, code);
+	if (fclose(m) == 0)
+		fwrite(text, 1, len, out);
+	else
+		ss_error_put(out, prog, code);
+	free(text);
 }
