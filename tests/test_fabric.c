@@ -511,6 +511,39 @@ Test(fabric, a_completion_queue_too_small_for_the_job_is_refused)
 	ss_fabric_close(&f);
 }
 
+/* Bad SS_GID_INDEX and SS_ACK_TIMEOUT are refused at open, named. */
+Test(fabric, bad_verbs_variables_are_refused_naming_them)
+{
+	static const struct {
+		const char *name, *value;
+	} bad[] = { { "SS_GID_INDEX", "abc" },
+		    { "SS_GID_INDEX", "100000" },
+		    { "SS_ACK_TIMEOUT", "99" },
+		    { "SS_ACK_TIMEOUT", "0" } };
+	struct ss_fabric *f = NULL;
+	int rc;
+
+	skip_without_device();
+	if (!verbs())
+		cr_skip_test("over verbs only (shm has no GIDs or ACKs)");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv(bad[i].name, bad[i].value, 1);
+		rc = ranks_fabric_open(0, 2, ranks_port_base(), 1, 1, &f);
+		unsetenv(bad[i].name);
+		cr_expect_eq(rc, SS_EUSAGE, "%s=%s: %d", bad[i].name,
+			     bad[i].value, rc);
+		cr_expect(strstr(ss_last_error()->what, bad[i].name),
+			  "%s=%s: %s", bad[i].name, bad[i].value,
+			  ss_last_error()->what);
+		ss_fabric_close(&f);
+	}
+	setenv("SS_ACK_TIMEOUT", "14", 1);
+	rc = ranks_fabric_open(0, 2, ranks_port_base(), 1, 1, &f);
+	unsetenv("SS_ACK_TIMEOUT");
+	cr_assert_eq(rc, 0, "SS_ACK_TIMEOUT=14: %s", ss_strerror(rc));
+	ss_fabric_close(&f);
+}
+
 /* ---- two ranks that fill each other's queue of immediates ------------- */
 
 #define FLOOD 3000 /* more immediates than a peer's queue holds (shm 1024) */

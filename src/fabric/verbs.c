@@ -208,6 +208,27 @@ static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 			return rc;
 		v->dev_attr.max_cqe = (int)small;
 	}
+	/* Checked here, where a bad one is named: not read as 0 or
+	 * ignored where they are used. */
+	v->env_gid = -1;
+	env = getenv("SS_GID_INDEX");
+	if (env && *env) {
+		int rc = ss_parse_long("SS_GID_INDEX", env, 0,
+				       v->port_attr.gid_tbl_len - 1, &small);
+
+		if (rc < 0) /* the detail gives the port's GID table's size */
+			return rc;
+		v->env_gid = (int)small;
+	}
+	v->ack_timeout = SS_VERBS_ACK_TIMEOUT;
+	env = getenv("SS_ACK_TIMEOUT");
+	if (env && *env) {
+		int rc = ss_parse_long("SS_ACK_TIMEOUT", env, 1, 31, &small);
+
+		if (rc < 0)
+			return rc;
+		v->ack_timeout = (uint8_t)small;
+	}
 	if (v->port_attr.state != IBV_PORT_ACTIVE)
 		return ss_error_set(SS_ENODEVICE,
 				    ibv_port_state_str(v->port_attr.state),

@@ -92,13 +92,12 @@ int ss__verbs_create_qp(struct ss_fabric *f, int p, struct rdma_cm_id *id)
 static int ss_pick_gid(struct ss_fabric *f, int cm_index)
 {
 	struct ss_verbs *v = f->backend;
-	const char *env = getenv("SS_GID_INDEX");
 	struct ibv_gid_entry cm, e;
 
 	if (f->opts.gid_index >= 0)
 		return f->opts.gid_index;
-	if (env && *env)
-		return atoi(env);
+	if (v->env_gid >= 0)
+		return v->env_gid;
 	if (ibv_query_gid_ex(v->ctx, v->port, (uint32_t)cm_index, &cm, 0) ||
 	    cm.gid_type != IBV_GID_TYPE_ROCE_V1)
 		return cm_index;
@@ -285,13 +284,10 @@ static void ss_cm_fail(struct ss_fabric *f, int rc)
  * the route's packet life time, and over soft-RoCE operations to a
  * powered-off host never completed at all.
  */
-static void ss_cm_ack_timeout(struct rdma_cm_id *id)
+static void ss_cm_ack_timeout(const struct ss_verbs *v, struct rdma_cm_id *id)
 {
-	const char *env = getenv("SS_ACK_TIMEOUT");
-	uint8_t t = SS_VERBS_ACK_TIMEOUT;
+	uint8_t t = v->ack_timeout;
 
-	if (env && *env && atoi(env) >= 1 && atoi(env) <= 31)
-		t = (uint8_t)atoi(env);
 	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &t,
 			    sizeof(t)))
 		ss_log_warn(
@@ -348,7 +344,7 @@ static int ss_cm_start(struct ss_fabric *f, int p)
 		return ss_error_set(-errno, NULL, NULL, "rdma_create_id");
 	vp->id = id;
 	vp->attempt_ns = ss_now_ns();
-	ss_cm_ack_timeout(id);
+	ss_cm_ack_timeout(v, id);
 	if (rdma_resolve_addr(id, (struct sockaddr *)&src,
 			      (struct sockaddr *)&dst, SS_VERBS_RESOLVE_MS)) {
 		ss_log_debug("verbs: rdma_resolve_addr to peer %d (%s): %s", p,
@@ -428,7 +424,7 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 	bool bad;
 	int p, rc;
 
-	ss_cm_ack_timeout(id);
+	ss_cm_ack_timeout(v, id);
 	memset(&theirs, 0, sizeof(theirs));
 	if (len >= sizeof(theirs))
 		ss__hello_from_wire(data, &theirs);

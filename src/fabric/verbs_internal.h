@@ -80,6 +80,8 @@ struct ss_verbs {
 	bool port_down; /* at the last look (port_seen_ns) */
 	uint64_t port_seen_ns;
 	char dev_name[64];
+	int env_gid; /* SS_GID_INDEX, checked at open; -1 when not set */
+	uint8_t ack_timeout; /* SS_ACK_TIMEOUT, or SS_VERBS_ACK_TIMEOUT */
 	uint32_t max_inline; /* what the QPs really give */
 	size_t max_message; /* split operations above this */
 	uint8_t rd_atom; /* ours: min of responder and initiator limits */
