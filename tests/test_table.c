@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -394,6 +395,102 @@ Test(table, table_addresses_follow_the_sync_ones)
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), 0);
 	cr_assert_eq(strlen(addrs[1]), 253 + 5);
 	cr_assert_str_eq(addrs[1] + 253, ":7003");
+}
+
+/* Up to @n ids of table 0 whose owner is @owner. */
+static int ids_of(struct ss_table *t, int owner, uint64_t *ids, int n)
+{
+	int k = 0;
+
+	for (uint32_t r = 0; r < ROWS && k < n; r++)
+		if (ss_table_owner(t, 0, r) == owner)
+			ids[k++] = r;
+	return k;
+}
+
+/* Pushes number @first to @first + @count - 1 of gradient() to @ids. */
+static int push_rounds(struct ss_table *t, int rank, const uint64_t *ids, int n,
+		       int first, int count)
+{
+	float g[20 * WIDTH];
+
+	for (int k = first; k < first + count; k++) {
+		for (int i = 0; i < n; i++)
+			gradient(ids[i], k, g + i * WIDTH);
+		rank_fail_if(rank, ss_table_push(t, 0, ids, g, n), "push %d",
+			     k);
+		rank_fail_if(rank, ss_table_flush(t, 10000),
+			     "flush of push %d: %s", k, ss_last_error()->why);
+	}
+	return 0;
+}
+
+/*
+ * A rank killed and started again (a new process): the logs between it
+ * and the owner that stayed start again from zero on both sides, and
+ * every gradient sent after the restart, each way, is applied once, from
+ * the first: those of the new process pushed the moment it connects,
+ * and those the owner then pushes to the new process's fresh rows.
+ */
+static int body_log_restart(struct ss_table *t, int rank, struct job *job)
+{
+	struct ss_table_stats st;
+	uint64_t ids[20], deadline;
+	int n;
+
+	if (rank == 1 && ranks_life == 0) {
+		n = ids_of(t, 0, ids, 20);
+		rank_fail_if(rank, push_rounds(t, rank, ids, n, 0, 3),
+			     "first life");
+		atomic_store(&job->sh->phase, 1);
+		raise(SIGKILL);
+	}
+	if (rank == 1) {
+		n = ids_of(t, 0, ids, 20);
+		rank_fail_if(rank, push_rounds(t, rank, ids, n, 3, 3),
+			     "second life");
+		atomic_store(&job->sh->phase, 2);
+		rank_fail_if(rank, !wait_phase(job->sh, 3),
+			     "rank 0 never pushed");
+		n = ids_of(t, 1, ids, 20);
+		rank_fail_if(rank, check_rows(t, rank, ids, n, 3),
+			     "the new process's rows");
+		atomic_store(&job->sh->phase, 4);
+		return 0;
+	}
+	rank_fail_if(rank, !wait_phase(job->sh, 2), "rank 1 never came back");
+	n = ids_of(t, 0, ids, 20);
+	rank_fail_if(rank, check_rows(t, rank, ids, n, 6),
+		     "rank 0's rows, 3 pushes of each life of rank 1");
+	/* pushes to a peer not (yet) back here are dropped, and counted */
+	deadline = ss_deadline_ns(30000);
+	while (!ss_fabric_peer_ok(ss_table_fabric(t), 1))
+		rank_fail_if(rank, ss_deadline_passed(deadline),
+			     "rank 1's new process never connected here");
+	n = ids_of(t, 1, ids, 20);
+	rank_fail_if(rank, push_rounds(t, rank, ids, n, 0, 3),
+		     "to the new process");
+	ss_table_stats(t, &st);
+	rank_fail_if(rank, st.dropped, "%llu dropped",
+		     (unsigned long long)st.dropped);
+	atomic_store(&job->sh->phase, 3);
+	rank_fail_if(rank, !wait_phase(job->sh, 4), "rank 1 never checked");
+	return 0;
+}
+
+Test(table, logs_start_again_with_a_restarted_rank, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_log_restart };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.max_rows = 64;
+	job.port_base = ranks_port_base();
+	job.key = ranks_job_key();
+	job.sh = shared_map();
+	cr_assert_eq(ranks_run_restart(2, rank_main, &job, 120, NULL, 2u), 0,
+		     "a rank failed (its output says why)");
 }
 
 /*

@@ -21,7 +21,14 @@ static bool ss_in_flight(const struct ss_table *tb)
 	return false;
 }
 
-/* A peer that came back is a new process: logs start again from zero. */
+/*
+ * A peer that came back (a new process, or ours reconnected): our log at
+ * it starts again from zero, and it is sent a hello before any entry of
+ * the new log (ss__table_post_pushes waits for that).  Its log at us is
+ * restarted when its hello comes (ss_completed), not here: the fabric
+ * may deliver the entries it sends after its hello before we see the new
+ * epoch, and a reset here then put the two counts out of step for good.
+ */
 static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 {
 	for (int p = 0; p < tb->world; p++) {
@@ -41,9 +48,6 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 			__atomic_store_n(&ob->tail, 0, __ATOMIC_RELEASE);
 			ob->posted = 0;
 			ob->head_reading = false;
-			tb->consumed[p] = 0;
-			tb->queued[p] = 0;
-			atomic_store(&tb->head_out[p], 0);
 		}
 		epoch[p] = e;
 	}
@@ -59,8 +63,13 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 		/* a hello from a new process replaces what its old one said */
 		atomic_store(&tb->barrier_seen[c->peer],
 			     c->imm & ~(SS__IMM_BARRIER | SS__IMM_HELLO));
-		if (c->imm & SS__IMM_HELLO)
+		if (c->imm & SS__IMM_HELLO) {
+			/* its log at us starts again: its entries follow */
+			tb->consumed[c->peer] = 0;
+			tb->queued[c->peer] = 0;
+			atomic_store(&tb->head_out[c->peer], 0);
 			atomic_store(&tb->hello_seen[c->peer], true);
+		}
 		return;
 	}
 	if (c->op == SS_OP_RECV_IMM) {

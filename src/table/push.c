@@ -223,7 +223,8 @@ bool ss__table_post_pushes(struct ss_table *tb)
 
 		if (o == tb->rank)
 			continue;
-		if (ob->posted < ob->tail) {
+		/* a new connection's entries go after its hello */
+		if (ob->posted < ob->tail && !tb->hello_due[o]) {
 			ss_post_log(tb, o);
 			did = true;
 		}
