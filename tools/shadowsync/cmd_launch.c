@@ -924,6 +924,16 @@ static void ss_launch_print_json(const struct ss_launch *l, int failed)
 	printf("]}\n");
 }
 
+/* @v with @prec decimals, or "-" where a rank gave none (no --test, a
+ * rank that failed or was stopped). */
+static const char *ss_launch_cell(char *buf, size_t size, double v, int prec)
+{
+	if (isnan(v))
+		return "-";
+	snprintf(buf, size, "%.*f", prec, v);
+	return buf;
+}
+
 static void ss_launch_print_table(const struct ss_launch *l, int failed)
 {
 	struct ss_launch_totals t;
@@ -948,21 +958,29 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 	for (int r = 0; r < l->n; r++) {
 		const struct ss_rank_proc *p = &l->ranks[r];
 		const char *j = p->json;
-		char what[64];
+		char what[64], c[7][32];
 
 		ss_launch_describe(p, what, sizeof(what));
 		if (p->restarts)
 			snprintf(what + strlen(what),
 				 sizeof(what) - strlen(what), ", restarted %dx",
 				 p->restarts);
-		printf("%5ld  %-22s %10.0f %12.0f %8.4f %7.4f %6.3f %9.1f %8.1f\n",
-		       l->first_rank + r, what, ss_json_number(j, "examples"),
-		       ss_json_number(j, "examples_per_s"),
-		       ss_json_number(j, "test_ne"),
-		       ss_json_number(j, "test_auc"),
-		       ss_json_number(j, "test_calibration"),
-		       ss_json_number(j, "rounds_per_s"),
-		       ss_json_number(j, "sync_gap"));
+		printf("%5ld  %-22s %10s %12s %8s %7s %6s %9s %8s\n",
+		       l->first_rank + r, what,
+		       ss_launch_cell(c[0], 32, ss_json_number(j, "examples"),
+				      0),
+		       ss_launch_cell(c[1], 32,
+				      ss_json_number(j, "examples_per_s"), 0),
+		       ss_launch_cell(c[2], 32, ss_json_number(j, "test_ne"),
+				      4),
+		       ss_launch_cell(c[3], 32, ss_json_number(j, "test_auc"),
+				      4),
+		       ss_launch_cell(c[4], 32,
+				      ss_json_number(j, "test_calibration"), 3),
+		       ss_launch_cell(c[5], 32,
+				      ss_json_number(j, "rounds_per_s"), 1),
+		       ss_launch_cell(c[6], 32, ss_json_number(j, "sync_gap"),
+				      1));
 	}
 	printf("  job  %.0f examples in %.1f s of training (the slowest rank): %.0f examples/s",
 	       t.examples, t.seconds, ss_launch_rate(&t));
