@@ -134,6 +134,17 @@ Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
 		"gen-data --out nodir/x.txt --examples 10");
 }
 
+/* Each --peers entry is a rank: an empty one is refused, not dropped. */
+Test(cmd_bad_input, an_empty_peer_entry)
+{
+	refused(2, "--peers entry 2: an empty entry", true,
+		"train " MODEL " --data train.txt --rank 0 "
+		"--peers 127.0.0.1:7001,,127.0.0.1:7002");
+	refused(2, "--peers entry 3: an empty entry", true,
+		"train " MODEL " --data train.txt --rank 0 "
+		"--peers 127.0.0.1:7001,127.0.0.1:7002,");
+}
+
 Test(cmd_bad_input, empty_layer_sizes)
 {
 	refused(2, "--bottom '13--8---4-': an empty size", true,

@@ -44,7 +44,7 @@ int ss_train_peers(struct ss_train_cmd *c)
 {
 	static char alone[64];
 	const char *launcher = NULL, *nodelist = getenv("SLURM_JOB_NODELIST");
-	char *save = NULL, *tok;
+	char *rest = c->peers, *tok;
 	int lrank = 0, lworld = 0, n = 0, rc;
 
 	if (ss_launcher_rank(&lrank, &lworld, &launcher) < 0)
@@ -55,10 +55,21 @@ int ss_train_peers(struct ss_train_cmd *c)
 	if (!c->addrs)
 		return ss_error_set(-ENOMEM, NULL, NULL, "peers");
 	if (c->peers) {
-		for (tok = strtok_r(c->peers, ",", &save);
-		     tok && n < SS_FABRIC_MAX_PEERS;
-		     tok = strtok_r(NULL, ",", &save))
+		/* every entry is a rank: an empty one is not skipped over */
+		while ((tok = strsep(&rest, ",")) != NULL) {
+			if (!*tok)
+				return ss_error_set(
+					SS_EUSAGE, "an empty entry",
+					"separate the host:port of each rank by "
+					"one comma, none at either end",
+					"--peers entry %d", n + 1);
+			if (n == SS_FABRIC_MAX_PEERS)
+				return ss_error_set(SS_EUSAGE, "too many ranks",
+						    NULL,
+						    "--peers: more than %d",
+						    SS_FABRIC_MAX_PEERS);
 			c->addrs[n++] = tok;
+		}
 	} else {
 		if (c->hostfile)
 			rc = ss_hostfile_read(c->hostfile, (int)c->port,
