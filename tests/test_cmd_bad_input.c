@@ -175,6 +175,9 @@ Test(cmd_bad_input, a_job_key_that_is_not_a_number)
 	unsetenv("SS_JOB_KEY");
 	refused(2, "--job-key 'xyz'", true,
 		"train " MODEL " --data train.txt --job-key xyz");
+	/* 0 is shm-clean's "any job": no job has it */
+	refused(2, "--job-key '0': out of range", true,
+		"train " MODEL " --data train.txt --job-key 0");
 }
 
 Test(cmd_bad_input, outputs_checked_before_training)

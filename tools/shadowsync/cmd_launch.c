@@ -284,12 +284,15 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 				    "say how many ranks: -n 4", "-n");
 	l->train_argc = argc - optind;
 	l->train_argv = argv + optind;
-	if (!getenv("SS_JOB_KEY"))
+	if (!getenv("SS_JOB_KEY")) {
+		uint64_t key = l->job_peers ?
+				       ss_launch_peers_key(l->job_peers) :
+				       l->nonce >> 16;
+
+		/* train takes keys from 1 (0: any job, to shm-clean) */
 		snprintf(l->job_key, sizeof(l->job_key), "%llu",
-			 (unsigned long long)(l->job_peers ?
-						      ss_launch_peers_key(
-							      l->job_peers) :
-						      l->nonce >> 16));
+			 (unsigned long long)(key ? key : 1));
+	}
 	for (int k = 0; k < l->train_argc; k++)
 		if (!strncmp(l->train_argv[k], "--job-key", 9))
 			l->job_key[0] = '\0';

@@ -76,11 +76,12 @@ static void ss_train_usage(FILE *out)
 		"  --transport T          verbs, shm or auto (default auto)\n"
 		"  --device NAME          RDMA device ($SS_DEVICE)\n"
 		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
-		"  --job-key K            refuse peers of another job ($SS_JOB_KEY; default 1)\n"
+		"  --job-key K            refuse peers of another job, K from 1 ($SS_JOB_KEY;\n"
+		"                         default 1)\n"
 		"checkpoints\n"
 		"  --save PATH            write the model (and Adagrad's accumulators) at the\n"
-		"                         end (rank 0; every rank when PATH contains {rank}),\n"
-		"                         atomically\n"
+		"                         end (rank 0; every rank when PATH contains {rank},\n"
+		"                         which sharded tables need), atomically\n"
 		"  --save-every S         also every S seconds while training\n"
 		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
 		"                         refused when its model layout or checksum differs\n"
@@ -231,7 +232,8 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	/* A key that does not parse is refused: falling back to the default
 	 * would let two jobs with different keys join each other. */
 	if (key && *key) {
-		rc = ss_parse_long("SS_JOB_KEY", key, 0, LONG_MAX, &v);
+		/* from 1: 0 stands for any job in shm-clean */
+		rc = ss_parse_long("SS_JOB_KEY", key, 1, LONG_MAX, &v);
 		if (rc < 0)
 			return rc;
 		c->fabric.job_key = (uint64_t)v;
@@ -405,7 +407,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			c->fabric.gid_index = (int)v;
 			break;
 		case OPT_JOB_KEY:
-			rc = ss_parse_long("--job-key", optarg, 0, LONG_MAX,
+			rc = ss_parse_long("--job-key", optarg, 1, LONG_MAX,
 					   &v);
 			c->fabric.job_key = (uint64_t)v;
 			break;
