@@ -86,13 +86,21 @@ static int rank_main(int rank, void *arg)
 	return rc;
 }
 
-static void run(struct job *job)
+/* Run @job's ranks; those of the bit mask @restarts are started again
+ * once when they die of a signal (ranks_run_restart). */
+static void run_restarting(struct job *job, unsigned int restarts)
 {
 	job->port_base = ranks_port_base();
 	job->key = ranks_job_key();
 	job->sh = shared_map();
-	cr_assert_eq(ranks_run(job->world, rank_main, job, 120, NULL), 0,
-		     "a rank failed (its output says why)");
+	cr_assert_eq(ranks_run_restart(job->world, rank_main, job, 120, NULL,
+				       restarts),
+		     0, "a rank failed (its output says why)");
+}
+
+static void run(struct job *job)
+{
+	run_restarting(job, 0);
 }
 
 /* The gradient of row @id in push @k: any values, known to both sides. */
@@ -486,11 +494,7 @@ Test(table, logs_start_again_with_a_restarted_rank, .timeout = 150)
 	job.opts.rows = ROWS;
 	job.opts.width = WIDTH;
 	job.opts.max_rows = 64;
-	job.port_base = ranks_port_base();
-	job.key = ranks_job_key();
-	job.sh = shared_map();
-	cr_assert_eq(ranks_run_restart(2, rank_main, &job, 120, NULL, 2u), 0,
-		     "a rank failed (its output says why)");
+	run_restarting(&job, 1u << 1);
 }
 
 /*
