@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "train_cmd.h"
@@ -213,9 +214,16 @@ int ss_cmd_train(int argc, char **argv)
 	prog.c = &c;
 	prog.sync = sync;
 	prog.params = params;
-	if ((c.progress > 0 || c.save_every > 0) &&
-	    pthread_create(&prog_thread, NULL, ss_progress_main, &prog) == 0)
-		prog_started = true;
+	if (c.progress > 0 || c.save_every > 0) {
+		int err = pthread_create(&prog_thread, NULL, ss_progress_main,
+					 &prog);
+
+		prog_started = err == 0;
+		if (err) /* training goes on; the final save still comes */
+			ss_log_warn("no progress thread (%s): no progress "
+				    "lines and no --save-every checkpoints",
+				    strerror(err));
+	}
 	rc = ss_train(&c.model, params, &c.train, &res);
 	if (c.table) /* the lookups of training, not of evaluation */
 		ss_table_stats(c.table, &c.trained);
