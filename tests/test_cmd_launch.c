@@ -222,6 +222,13 @@ Test(cmd_launch, output_is_prefixed_by_rank)
  * then give --progress 1); @out gets "launch status N" and launch's
  * output without the ranks' progress lines (3 ranks' make 16 KiB in 40 s
  * under ASan, and the job's summary at the end would not fit).
+ * The ranks run BLIS's generic kernels (BLIS_ARCH_TYPE=25), the kernels
+ * these tests passed on before an AMD family 0x1a got skx: with skx, in
+ * three make check runs of this session's ASan pass, the victim's first
+ * progress line or --save-every checkpoint (the trigger) came only as
+ * the others finished (at 12.8 s of a 12 s job, at 33 s of a 32 s one),
+ * and the restarted rank found no one.  Not understood; alone, or beside
+ * CPU hogs, they came at 1.4 to 2.1 s.  The output gives the kill's time.
  * The folder is on tmpfs (CMD_TMPFS_DIR): on the disk, the kill came
  * after the others had finished (in one `make check` of ASan builds, and
  * 2 runs of 9 beside a writer of 150 MB files), since `out` and the
@@ -242,7 +249,7 @@ static void launch_and_kill_a_rank(char *out, size_t size, int p,
 		"cd %s && %s gen-data --out big.txt --examples 400000 --cardinality 300 >/dev/null && "
 		"tail -n 4000 big.txt > held.txt || exit 9; "
 		"T0=$(date +%%s%%N); "
-		"%s launch %s --port %d -- train --data big.txt " MODEL
+		"BLIS_ARCH_TYPE=25 %s launch %s --port %d -- train --data big.txt " MODEL
 		" --threads 1 %s > out 2>&1 & L=$!; "
 		"for i in $(seq 600); do %s && break; sleep 0.05; done; "
 		"for i in $(seq 100); do V=$(pgrep -P $L -f -- '--rank %d --peers') "
@@ -280,12 +287,8 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 /*
  * The same kill with --restarts 1: launch starts the rank again, it
  * rejoins the two that kept running (reading a live replica), and the job
- * succeeds.  Six epochs of the 400000 examples keep the others busy long
- * after the kill (about 35 s under ASan here).  With one, a loaded
- * machine once restarted the rank only after they had finished, and it
- * found no one; with two, once BLIS ran its AVX-512 kernels on this CPU
- * (12 s), one make check saw the victim's first progress line only at
- * 12.8 s, as they finished.
+ * succeeds.  Two epochs of the 400000 examples keep the others busy long
+ * after the kill (on BLIS's generic kernels: see launch_and_kill_a_rank).
  */
 Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins, .timeout = 240)
 {
@@ -293,7 +296,7 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins, .timeout = 240)
 
 	launch_and_kill_a_rank(out, sizeof(out), port() + 6,
 			       "-n 3 --restarts 1 --json",
-			       "--progress 1 --epochs 6", 2, NULL);
+			       "--progress 1 --epochs 2", 2, NULL);
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
 	cr_assert(strstr(out, "failed (killed by SIGKILL); starting it again "
 			      "(restart 1 of 1)"),
@@ -304,15 +307,15 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins, .timeout = 240)
 	 * Data by chunks: the new process takes the next unclaimed chunk, so
 	 * the chunks the dead one trained (its counts died with it) are not
 	 * trained again, and the final processes' examples add up to less
-	 * than the six epochs (by what it trained in its second or more: a
+	 * than the two epochs (by what it trained in its second or more: a
 	 * third of the job's rate).  A static share would be trained whole
-	 * again: 2400000.
+	 * again: 800000.
 	 */
 	{
 		const char *job = strstr(out, "{\"world\":3");
 		double ex = job ? cmd_json_number(job, "examples") : 0;
 
-		cr_assert(ex < 2400000 && ex > 1200000,
+		cr_assert(ex < 800000 && ex > 400000,
 			  "%g examples trained by the final processes\n%s", ex,
 			  out);
 	}
@@ -324,13 +327,8 @@ Test(cmd_launch, a_failed_rank_is_started_again_and_rejoins, .timeout = 240)
  * as dropped; launch starts it again with --rejoin, and it takes its
  * rows from the checkpoint --save-every wrote (killed only once that
  * exists), the MLPs from the running ranks; the job finishes and
- * reports its held-out NE.  The others must still run when it comes
- * back: 6 epochs, about 35 s under ASan here alone, 55 s beside the
- * other kill test (so 240 s to time out).  With 3 (17 s since BLIS runs
- * its AVX-512 kernels on this CPU), one make check
- * killed the victim only after the others had finished, and its new
- * process found no one to join; that run did not say when ck.2 had
- * appeared, so the output now gives the kill's time.
+ * reports its held-out NE.  3 epochs, so that the others still run when
+ * it comes back (on BLIS's generic kernels: see launch_and_kill_a_rank).
  */
 Test(cmd_launch, a_killed_owner_rejoins_from_its_shard_checkpoint,
      .timeout = 240)
@@ -340,7 +338,7 @@ Test(cmd_launch, a_killed_owner_rejoins_from_its_shard_checkpoint,
 
 	launch_and_kill_a_rank(out, sizeof(out), port() + 20,
 			       "-n 3 --restarts 1 --json",
-			       "--test held.txt --progress 0 --epochs 6 "
+			       "--test held.txt --progress 0 --epochs 3 "
 			       "--save ck.{rank} --save-every 1",
 			       2, "[ -f ck.2 ]");
 	cr_assert(strstr(out, "launch status 0"), "%s", out);
