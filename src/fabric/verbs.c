@@ -168,12 +168,24 @@ static int ss_verbs_alloc(struct ss_fabric *f, struct ss_region *r)
 	return 0;
 }
 
+/*
+ * The variable @name, if set and not empty, into *@value, checked against
+ * [@min, @max]: 0 (unset leaves *@value), or SS_EUSAGE naming it.
+ */
+static int ss_verbs_env(const char *name, long min, long max, long *value)
+{
+	const char *env = getenv(name);
+
+	return env && *env ? ss_parse_long(name, env, min, max, value) : 0;
+}
+
 static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 {
 	const char *want =
 		f->opts.device ? f->opts.device : getenv("SS_DEVICE");
-	const char *addr = f->addrs[f->opts.rank], *env;
-	long small;
+	const char *addr = f->addrs[f->opts.rank];
+	long cqe, gid = -1, ack = SS_VERBS_ACK_TIMEOUT;
+	int rc;
 
 	if (!v->listen->verbs)
 		return ss_error_set(
@@ -194,41 +206,25 @@ static int ss_verbs_device(struct ss_fabric *f, struct ss_verbs *v)
 	    ibv_query_port(v->ctx, v->port, &v->port_attr))
 		return ss_error_set(-errno, NULL, NULL, "querying %s",
 				    ss__verbs_where(v));
+	cqe = v->dev_attr.max_cqe;
 	/*
 	 * SS_VERBS_MAX_CQE: a smaller CQ than the device's, to run a few
 	 * ranks as a job too large for the device's CQ runs (fewer sends in
-	 * flight a peer; tests/test_fabric.c).
+	 * flight a peer; tests/test_fabric.c).  It and the GID index and
+	 * ACK timeout are checked here, where a bad one is named with the
+	 * device's limit: not read as 0 or ignored where they are used.
 	 */
-	env = getenv("SS_VERBS_MAX_CQE");
-	if (env && *env) {
-		int rc = ss_parse_long("SS_VERBS_MAX_CQE", env, 1,
-				       v->dev_attr.max_cqe, &small);
-
-		if (rc < 0) /* the detail names it and the device's limit */
-			return rc;
-		v->dev_attr.max_cqe = (int)small;
-	}
-	/* Checked here, where a bad one is named: not read as 0 or
-	 * ignored where they are used. */
-	v->env_gid = -1;
-	env = getenv("SS_GID_INDEX");
-	if (env && *env) {
-		int rc = ss_parse_long("SS_GID_INDEX", env, 0,
-				       v->port_attr.gid_tbl_len - 1, &small);
-
-		if (rc < 0) /* the detail gives the port's GID table's size */
-			return rc;
-		v->env_gid = (int)small;
-	}
-	v->ack_timeout = SS_VERBS_ACK_TIMEOUT;
-	env = getenv("SS_ACK_TIMEOUT");
-	if (env && *env) {
-		int rc = ss_parse_long("SS_ACK_TIMEOUT", env, 1, 31, &small);
-
-		if (rc < 0)
-			return rc;
-		v->ack_timeout = (uint8_t)small;
-	}
+	rc = ss_verbs_env("SS_VERBS_MAX_CQE", 1, cqe, &cqe);
+	if (rc == 0)
+		rc = ss_verbs_env("SS_GID_INDEX", 0,
+				  v->port_attr.gid_tbl_len - 1, &gid);
+	if (rc == 0)
+		rc = ss_verbs_env("SS_ACK_TIMEOUT", 1, 31, &ack);
+	if (rc < 0)
+		return rc;
+	v->dev_attr.max_cqe = (int)cqe;
+	v->env_gid = (int)gid;
+	v->ack_timeout = (uint8_t)ack;
 	if (v->port_attr.state != IBV_PORT_ACTIVE)
 		return ss_error_set(SS_ENODEVICE,
 				    ibv_port_state_str(v->port_attr.state),
