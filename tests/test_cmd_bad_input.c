@@ -132,6 +132,11 @@ Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
 		"gen-data --out . --examples 10");
 	refused(1, "--out 'nodir/x.txt': writing 'nodir/x.txt.tmp'", true,
 		"gen-data --out nodir/x.txt --examples 10");
+	/* "-" is no file of that name written without a word */
+	refused(2, "--out '-': standard output is not supported", true,
+		"gen-data --out - --examples 10");
+	snprintf(fifo, sizeof(fifo), "%s/-", dir);
+	cr_assert_neq(stat(fifo, &st), 0, "a file named '-' was written");
 }
 
 /* Each --peers entry is a rank: an empty one is refused, not dropped. */

@@ -177,6 +177,17 @@ int ss_cmd_gen_data(int argc, char **argv)
 				     "give one of --shape criteo and "
 				     "--cardinality K",
 				     "--cardinality"));
+	/* Not standard output: the file is renamed into place when complete,
+	 * and the teacher's file goes beside it. */
+	if (!strcmp(out, "-"))
+		return ss_cmd_fail(
+			ss_gen_prog,
+			ss_error_set(SS_EUSAGE,
+				     "standard output is not supported",
+				     "give a file name (FILE.teacher.json is "
+				     "written beside it); ./- for a file "
+				     "named '-'",
+				     "--out '-'"));
 	/* The rename below would replace a device or a folder's name. */
 	if (stat(out, &st) == 0 && !S_ISREG(st.st_mode))
 		return ss_cmd_fail(
