@@ -504,7 +504,8 @@ Test(cmd_metrics, each_rank_its_file_with_the_tables)
  * with examples in it and the run still going appears (a long run,
  * stopped once seen).  A write that fails (the folder removed) is a
  * warning and training goes on; once the folder is back, the file is
- * written again.  SIGTERM leaves no FILE.tmp.
+ * written again.  SIGTERM leaves no FILE.tmp, and the file saying the
+ * rank no longer runs (failed), with the last figures.
  */
 Test(cmd_metrics, replaced_while_training, .timeout = 300)
 {
@@ -561,9 +562,16 @@ Test(cmd_metrics, replaced_while_training, .timeout = 300)
 	cr_assert(isnan(
 		prom_value(text, "shadowsync_table_lookups_total", NULL)));
 	free(text);
+	/* stopped by SIGTERM: no longer "running", and its figures kept */
 	text = read_text(path);
 	cr_assert_not_null(text);
 	check_exposition(text + 1, 0);
+	cr_assert_eq(prom_value(text, "shadowsync_train_running", NULL), 0,
+		     "%s", text);
+	cr_assert_eq(prom_value(text, "shadowsync_train_failed", NULL), 1, "%s",
+		     text);
+	cr_assert_gt(prom_value(text, "shadowsync_examples_total", NULL), 0,
+		     "%s", text);
 	free(text);
 	assert_no_tmp(dir);
 	snprintf(path, sizeof(path), "%s/live", dir);

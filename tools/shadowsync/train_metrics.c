@@ -29,10 +29,47 @@
 static char ss_metrics_tmp[SS_METRICS_PATH_MAX + sizeof(SS_METRICS_TMP)];
 static volatile sig_atomic_t ss_metrics_writing;
 
+/*
+ * What the file says if a signal stops the rank: the last write's figures
+ * with shadowsync_train_running 0 and shadowsync_train_failed 1, rendered
+ * beside each write (the handler cannot format), written by the handler
+ * under a name of its own and renamed over FILE.  Two buffers: the one
+ * published is never the one being rendered.
+ */
+#define SS_METRICS_STOP_TMP ".stop.tmp"
+static char ss_metrics_path[SS_METRICS_PATH_MAX];
+static char
+	ss_metrics_stop_tmp[SS_METRICS_PATH_MAX + sizeof(SS_METRICS_STOP_TMP)];
+static char *ss_metrics_stopped[2];
+static size_t ss_metrics_stopped_len[2];
+static volatile sig_atomic_t ss_metrics_published = -1;
+
 void ss_train_metrics_on_signal(void)
 {
+	int i = ss_metrics_published, fd;
+	const char *at;
+	size_t left;
+
 	if (ss_metrics_writing)
 		unlink(ss_metrics_tmp);
+	if (i < 0)
+		return;
+	fd = open(ss_metrics_stop_tmp,
+		  O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return;
+	for (at = ss_metrics_stopped[i], left = ss_metrics_stopped_len[i];
+	     left > 0;) {
+		ssize_t n = write(fd, at, left);
+
+		if (n <= 0)
+			break;
+		at += n;
+		left -= (size_t)n;
+	}
+	close(fd);
+	if (left > 0 || rename(ss_metrics_stop_tmp, ss_metrics_path) < 0)
+		unlink(ss_metrics_stop_tmp);
 }
 
 /* What one write shows. */
@@ -311,6 +348,33 @@ static void ss_scrape_print(FILE *f, const struct ss_scrape *s)
 
 /* ---- the file -------------------------------------------------------- */
 
+/*
+ * @s as a signal would leave it (see ss_train_metrics_on_signal), in the
+ * buffer not published; published once complete.  Once the rank has
+ * ended, nothing is: the file it wrote at the end stays.
+ */
+static void ss_scrape_render_stopped(const struct ss_scrape *s)
+{
+	struct ss_scrape stopped = *s;
+	int i = ss_metrics_published == 0 ? 1 : 0;
+	FILE *f;
+
+	if (!s->running) {
+		ss_metrics_published = -1;
+		return;
+	}
+	free(ss_metrics_stopped[i]);
+	ss_metrics_stopped[i] = NULL;
+	f = open_memstream(&ss_metrics_stopped[i], &ss_metrics_stopped_len[i]);
+	if (!f)
+		return; /* the handler keeps the older one */
+	stopped.running = false;
+	stopped.failed = true;
+	ss_scrape_print(f, &stopped);
+	if (fclose(f) == 0)
+		ss_metrics_published = i;
+}
+
 /* FILE.tmp, fsync'd, renamed over FILE; no FILE.tmp left on failure. */
 static int ss_scrape_write(const char *path, const struct ss_scrape *s)
 {
@@ -353,6 +417,8 @@ out:
 	if (rc < 0)
 		unlink(ss_metrics_tmp);
 	ss_metrics_writing = 0;
+	if (rc == 0)
+		ss_scrape_render_stopped(s);
 	return rc;
 }
 
@@ -450,6 +516,9 @@ int ss_train_metrics_open(struct ss_train_cmd *c)
 			    c->mfile.path);
 	snprintf(ss_metrics_tmp, sizeof(ss_metrics_tmp), "%s" SS_METRICS_TMP,
 		 c->mfile.path);
+	snprintf(ss_metrics_path, sizeof(ss_metrics_path), "%s", c->mfile.path);
+	snprintf(ss_metrics_stop_tmp, sizeof(ss_metrics_stop_tmp),
+		 "%s" SS_METRICS_STOP_TMP, c->mfile.path);
 	c->mfile.start_ns = ss_now_ns();
 	rc = ss_scrape_write(c->mfile.path, &s);
 	if (rc == 0)
