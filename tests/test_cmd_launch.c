@@ -287,6 +287,8 @@ Test(cmd_launch, a_failing_rank_stops_the_others)
 		  "%s", out);
 	cr_assert(strstr(out, "killed by SIGTERM"), "%s", out);
 	cr_assert(strstr(out, "FAILED"), "%s", out);
+	/* no rank's summary: no totals, rather than "0 examples" */
+	cr_assert(strstr(out, "job  no totals: no rank finished"), "%s", out);
 }
 
 /*

@@ -940,6 +940,7 @@ static const char *ss_launch_cell(char *buf, size_t size, double v, int prec)
 static void ss_launch_print_table(const struct ss_launch *l, int failed)
 {
 	struct ss_launch_totals t;
+	int reported = 0;
 
 	ss_launch_totals(l, &t);
 	if (l->job_peers)
@@ -985,11 +986,22 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 		       ss_launch_cell(c[6], 32, ss_json_number(j, "sync_gap"),
 				      1));
 	}
+	for (int r = 0; r < l->n; r++)
+		reported += l->ranks[r].json != NULL;
+	/* a job stopped before any rank's summary has no totals, not 0 */
+	if (!reported) {
+		printf("  job  no totals: no rank finished (each rank's "
+		       "messages above say how far it got)\n");
+		return;
+	}
 	printf("  job  %.0f examples in %.1f s of training (the slowest rank): %.0f examples/s",
 	       t.examples, t.seconds, ss_launch_rate(&t));
 	if (t.with_sync)
 		printf("; %.1f rounds/s, gap %.1f (means)", t.rounds_per_s,
 		       t.sync_gap);
+	if (reported < l->n)
+		printf("; of the %d rank%s that finished", reported,
+		       reported == 1 ? "" : "s");
 	printf("\n");
 	if (ss_launch_disagree(&t) && isinf(t.worst_ne))
 		printf("  ranks disagree: rank %d is worst, its model diverged (NE not a number); rank %d's NE %.4f\n",
