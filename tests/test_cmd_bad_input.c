@@ -139,6 +139,32 @@ Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
 	cr_assert_neq(stat(fifo, &st), 0, "a file named '-' was written");
 }
 
+/*
+ * A rank started again (--rejoin) that finds the others gone is told the
+ * job may have ended, not to check the peer list; --connect-timeout
+ * bounds the wait (no peer here runs: shm names of ports no test uses).
+ */
+Test(cmd_bad_input, a_rejoining_rank_that_finds_no_one)
+{
+	const char *peers = "--transport shm --rank 2 --peers "
+			    "127.0.0.1:11,127.0.0.1:12,127.0.0.1:13";
+
+	refused(1, "hint: this rank was started again (--rejoin)", true,
+		"train " MODEL " --data train.txt %s --rejoin "
+		"--connect-timeout 1",
+		peers);
+	/* the table endpoint's wait says the same */
+	refused(1, "hint: this rank was started again (--rejoin)", true,
+		"train " MODEL " --data train.txt %s --rejoin --sync none "
+		"--tables sharded --connect-timeout 1",
+		peers);
+	refused(1, "hint: start every rank with the same peer list", true,
+		"train " MODEL " --data train.txt %s --connect-timeout 1",
+		peers);
+	refused(2, "--connect-timeout '0': out of range", true,
+		"train " MODEL " --data train.txt --connect-timeout 0");
+}
+
 /* Each --peers entry is a rank: an empty one is refused, not dropped. */
 Test(cmd_bad_input, an_empty_peer_entry)
 {

@@ -148,7 +148,7 @@ int ss_cmd_train(int argc, char **argv)
 				    path);
 	}
 	if (sync) {
-		rc = ss_fabric_connect(fabric);
+		rc = ss_train_connect_failed(&c, ss_fabric_connect(fabric));
 		if (rc == 0)
 			rc = ss_sync_begin(sync);
 		if (rc < 0)

@@ -107,6 +107,12 @@ int ss_train_resolve_tables(struct ss_train_cmd *c);
  */
 int ss_train_peers(struct ss_train_cmd *c);
 
+/*
+ * ss_train_connect_failed() - @rc of opening a fabric; for a --rejoin
+ * rank whose peers did not all answer, the hint says why that may be.
+ */
+int ss_train_connect_failed(const struct ss_train_cmd *c, int rc);
+
 /* ss_layout_hash() - FNV-1a over the model's sizes, for the handshake. */
 uint64_t ss_layout_hash(const struct ss_model_config *m);
 

@@ -78,6 +78,8 @@ static void ss_train_usage(FILE *out)
 		"  --gid-index N          GID index ($SS_GID_INDEX; default: automatic)\n"
 		"  --job-key K            refuse peers of another job, K from 1 ($SS_JOB_KEY;\n"
 		"                         default 1)\n"
+		"  --connect-timeout S    wait up to S seconds for every peer at the start,\n"
+		"                         and in the fabric's other waits on a peer (30)\n"
 		"checkpoints\n"
 		"  --save PATH            write the model (and Adagrad's accumulators) at the\n"
 		"                         end (rank 0; every rank when PATH contains {rank},\n"
@@ -128,6 +130,7 @@ enum {
 	OPT_BETA,
 	OPT_MAX_ROUNDS,
 	OPT_ROUND_TIMEOUT,
+	OPT_CONNECT_TIMEOUT,
 	OPT_HIER_FROM,
 	OPT_SYNC_TABLES,
 	OPT_TABLES,
@@ -190,6 +193,8 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "round-timeout-ms", required_argument, NULL,
 		  OPT_ROUND_TIMEOUT },
 		{ "hierarchical-from", required_argument, NULL, OPT_HIER_FROM },
+		{ "connect-timeout", required_argument, NULL,
+		  OPT_CONNECT_TIMEOUT },
 		{ "rank", required_argument, NULL, OPT_RANK },
 		{ "peers", required_argument, NULL, OPT_PEERS },
 		{ "hostfile", required_argument, NULL, OPT_HOSTFILE },
@@ -405,6 +410,11 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_GID:
 			rc = ss_parse_long("--gid-index", optarg, 0, 255, &v);
 			c->fabric.gid_index = (int)v;
+			break;
+		case OPT_CONNECT_TIMEOUT:
+			rc = ss_parse_long("--connect-timeout", optarg, 1,
+					   86400, &v);
+			c->fabric.timeout_ms = (unsigned)v * 1000u;
 			break;
 		case OPT_JOB_KEY:
 			rc = ss_parse_long("--job-key", optarg, 1, LONG_MAX,

@@ -105,3 +105,18 @@ int ss_train_peers(struct ss_train_cmd *c)
 			    c->rank_given ? "--rank" : launcher);
 	return 0;
 }
+
+int ss_train_connect_failed(const struct ss_train_cmd *c, int rc)
+{
+	struct ss_error e;
+
+	if (!c->rejoin || rc != -ETIMEDOUT)
+		return rc;
+	e = *ss_last_error(); /* set below overwrites it */
+	return ss_error_set(
+		rc, e.why,
+		"this rank was started again (--rejoin) and needs the other "
+		"ranks running: if they have finished, the job has ended and "
+		"there is nothing to rejoin; else see their messages",
+		"%s", e.what);
+}

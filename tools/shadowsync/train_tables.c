@@ -48,7 +48,8 @@ int ss_train_open_table(struct ss_train_cmd *c)
 	rc = ss_table_addrs(fo.addrs, fo.world, buf, addrs);
 	if (rc == 0) {
 		fo.addrs = addrs;
-		rc = ss_table_open(&c->table, &o, &fo);
+		rc = ss_train_connect_failed(c,
+					     ss_table_open(&c->table, &o, &fo));
 	}
 	free(buf);
 	free(addrs);
