@@ -1019,12 +1019,47 @@ static bool ss_port_up(struct ss_verbs *v)
 	return !down;
 }
 
+/*
+ * Our loopback pair after an error completion (an operation to ourselves
+ * that failed moves both QPs to the error state): back through RESET to
+ * RTS, when the backoff says, so that fetch-adds to our own counter work
+ * again (rank 0's chunk claims go through it).  No peer is involved.
+ */
+static void ss_loopback_reset(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	struct ss_verbs_peer *vp = &v->peers[f->opts.rank];
+	struct ibv_qp_attr reset = { .qp_state = IBV_QPS_RESET };
+	union ibv_gid gid;
+	int gid_index = ss_own_gid(f, &gid), rc = gid_index;
+
+	if (rc >= 0 && (ibv_modify_qp(vp->qp, &reset, IBV_QP_STATE) ||
+			ibv_modify_qp(v->loop_qp, &reset, IBV_QP_STATE)))
+		rc = -errno;
+	if (rc >= 0)
+		rc = ss_loopback_ready(f, vp->qp, v->loop_qp->qp_num, gid_index,
+				       &gid);
+	if (rc >= 0)
+		rc = ss_loopback_ready(f, v->loop_qp, vp->qp->qp_num, gid_index,
+				       &gid);
+	if (rc < 0) {
+		ss_log_debug("verbs: resetting the loopback queue pairs: %s; "
+			     "trying again",
+			     ss_strerror(rc));
+		return;
+	}
+	vp->state = SS_VP_UP;
+	ss__peer_back(f, f->opts.rank, "its loopback queue pairs were reset");
+}
+
 void ss__verbs_reconnect(struct ss_fabric *f)
 {
 	struct ss_verbs *v = f->backend;
 
 	if (!f->connected)
 		return;
+	if (f->peers[f->opts.rank].failed && ss__retry_due(f, f->opts.rank))
+		ss_loopback_reset(f);
 	for (int p = 0; p < f->opts.world; p++) {
 		struct ss_verbs_peer *vp = &v->peers[p];
 
