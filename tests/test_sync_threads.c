@@ -25,15 +25,22 @@ struct trainer {
 	atomic_bool *stop;
 };
 
-/* A Hogwild trainer: lock-free updates on its half of the replica. */
+/*
+ * A Hogwild trainer: lock-free updates on its half of the replica, and a
+ * chunk of the data claimed now and then, as train's trainers do (the
+ * claim's deadline reads the round timeout the shadow thread sets).
+ */
 static void *trainer_main(void *arg)
 {
 	struct trainer *t = arg;
+	uint64_t chunk;
 
-	while (!atomic_load(t->stop)) {
+	for (unsigned it = 0; !atomic_load(t->stop); it++) {
 		for (size_t i = t->from; i < t->to; i++)
 			t->w[i] += 0.001f;
 		ss_sync_add_iterations(t->sync, 1);
+		if (it % 256 == 0 && ss_sync_claim(t->sync, &chunk) < 0)
+			return (void *)1;
 	}
 	return NULL;
 }
@@ -64,10 +71,19 @@ static int rank_main(int rank, int port_base, uint64_t key)
 		check(pthread_create(&th[i], NULL, trainer_main, &t[i]) == 0,
 		      "trainer %d", i);
 	}
-	ss_sleep_ns(300000000);
+	/* the progress thread's reads, meanwhile */
+	for (uint64_t end = ss_now_ns() + 300000000; ss_now_ns() < end;) {
+		ss_sync_get_stats(s, &st);
+		ss_sleep_ns(1000000);
+	}
 	atomic_store(&stop, true);
-	for (int i = 0; i < 2; i++)
-		pthread_join(th[i], NULL);
+	for (int i = 0; i < 2; i++) {
+		void *ret;
+
+		pthread_join(th[i], &ret);
+		check(ret == NULL, "trainer %d: a claim failed: %s", i,
+		      ss_last_error()->why);
+	}
 	check(ss_shadow_stop(s) == 0, "the shadow thread failed");
 	ss_sync_get_stats(s, &st);
 	check(st.rounds > 0, "no round ran");

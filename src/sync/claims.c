@@ -75,7 +75,8 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 
 int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 {
-	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
+	uint64_t deadline = ss_deadline_ns(
+		4 * __atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED) + 5000);
 	int rc = 0;
 
 	pthread_mutex_lock(&s->claim_lock);

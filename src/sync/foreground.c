@@ -42,7 +42,9 @@ static void ss_fg_release(struct ss_sync *s)
  */
 static int ss_fg_wait(struct ss_sync *s, bool *last)
 {
-	uint64_t ns = ss_now_ns() + (4ull * s->timeout_ms + 5000) * 1000000ull;
+	uint64_t ns = ss_now_ns() + (4ull * __atomic_load_n(&s->timeout_ms,
+							    __ATOMIC_RELAXED) +
+				     5000) * 1000000ull;
 	struct timespec until = { (time_t)(ns / 1000000000u),
 				  (long)(ns % 1000000000u) };
 	unsigned generation;

@@ -433,7 +433,9 @@ bool ss__set_members(struct ss_sync *s, const bool *in)
 			s->member_rank[m] = p;
 		s->member_index[p] = member ? m++ : -1;
 	}
+	pthread_mutex_lock(&s->lock); /* ss_sync_get_stats reads it */
 	s->n_members = m;
+	pthread_mutex_unlock(&s->lock);
 	s->hma_group = ss__hma_group(m);
 	for (int p = 0; s->state && p < s->world; p++)
 		if (s->member_index[p] >= 0) {
@@ -591,7 +593,8 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 			    s->rank, s->round, s->catch_up);
 		s->round = s->catch_up;
 	}
-	s->timeout_ms = ss_sync_timeout(s);
+	/* trainers read it too (their claims' and stops' deadlines) */
+	__atomic_store_n(&s->timeout_ms, ss_sync_timeout(s), __ATOMIC_RELAXED);
 	s->partial = false;
 
 	/*
@@ -708,7 +711,8 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->easgd_dropped = s->easgd_dropped;
 	st->view_changes = s->view_changes;
 	st->members = s->n_members;
-	st->round_timeout_ms = s->timeout_ms;
+	st->round_timeout_ms =
+		__atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED);
 	st->joins = s->joins;
 	st->reseeds = s->reseeds;
 	st->divergence = s->divergence;
