@@ -165,6 +165,25 @@ Test(cmd_bad_input, a_rejoining_rank_that_finds_no_one)
 		"train " MODEL " --data train.txt --connect-timeout 0");
 }
 
+/*
+ * shm joins the ranks of one machine: an IP of another is refused at
+ * once, naming it (it was waited for, 30 s, then "no answer").  Names
+ * are not looked up.
+ */
+Test(cmd_bad_input, shm_with_an_address_of_another_machine)
+{
+	refused(2,
+		"shm: address of rank 1 '192.0.2.7:7001': it is on no "
+		"interface of this machine",
+		true,
+		"train " MODEL " --data train.txt --transport shm --rank 0 "
+		"--peers 127.0.0.1:7000,192.0.2.7:7001 --connect-timeout 20");
+	refused(2, "address of rank 0 '[2001:db8::7]:7000'", true,
+		"train " MODEL " --data train.txt --transport shm --rank 1 "
+		"--peers [2001:db8::7]:7000,127.0.0.1:7001 "
+		"--connect-timeout 20");
+}
+
 /* Each --peers entry is a rank: an empty one is refused, not dropped. */
 Test(cmd_bad_input, an_empty_peer_entry)
 {

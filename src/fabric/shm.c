@@ -14,7 +14,9 @@
  * failed it notices the new pid (or retries on its backoff), drops what
  * the old process left, maps the new objects and attaches in turn.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
 #include <stddef.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -201,12 +203,86 @@ static bool ss_shm_alive(const struct ss_shm_ctl *ctl);
  * list) is refused by the address's claim, taken before any object is
  * made, instead of taking a running rank's memory.
  */
+/*
+ * Whether the host of @addr ("host:port", "[v6]:port") is an IP literal
+ * that is on no interface of this machine: shm cannot reach it.  Names
+ * are not looked up (no resolver waits here); loopback is ours.
+ */
+static bool ss_shm_addr_elsewhere(const char *addr, const struct ifaddrs *ifs)
+{
+	const char *colon = strrchr(addr, ':');
+	char host[INET6_ADDRSTRLEN + 2];
+	unsigned char ip[16];
+	size_t len = colon ? (size_t)(colon - addr) : strlen(addr);
+	int family = AF_INET;
+
+	if (len >= 2 && addr[0] == '[' && addr[len - 1] == ']') {
+		addr++;
+		len -= 2;
+		family = AF_INET6;
+	}
+	if (len >= sizeof(host))
+		return false;
+	memcpy(host, addr, len);
+	host[len] = '\0';
+	if (inet_pton(family, host, ip) != 1)
+		return false; /* a name */
+	if (family == AF_INET ? ip[0] == 127 :
+				!memcmp(ip, &in6addr_loopback, 16))
+		return false;
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		const struct sockaddr *sa = i->ifa_addr;
+
+		if (!sa || sa->sa_family != family)
+			continue;
+		if (family == AF_INET &&
+		    !memcmp(&((const struct sockaddr_in *)(const void *)sa)
+				     ->sin_addr,
+			    ip, 4))
+			return false;
+		if (family == AF_INET6 &&
+		    !memcmp(&((const struct sockaddr_in6 *)(const void *)sa)
+				     ->sin6_addr,
+			    ip, 16))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * shm joins the ranks of one machine: a peer at an address of another
+ * is refused at once, rather than waited for until the timeout.
+ */
+static int ss_shm_check_local(const struct ss_fabric *f)
+{
+	struct ifaddrs *ifs = NULL;
+	int rc = 0;
+
+	if (getifaddrs(&ifs) < 0)
+		return 0; /* cannot tell: the wait says it */
+	for (int p = 0; p < f->opts.world && rc == 0; p++)
+		if (ss_shm_addr_elsewhere(f->addrs[p], ifs))
+			rc = ss_error_set(
+				SS_EUSAGE,
+				"it is on no interface of this machine, and "
+				"shm joins the ranks of one machine",
+				"use --transport verbs for ranks on several "
+				"hosts (auto picks shm when no RDMA port is "
+				"active here: ibv_devinfo)",
+				"shm: address of rank %d '%s'", p, f->addrs[p]);
+	freeifaddrs(ifs);
+	return rc;
+}
+
 static int ss_shm_open(struct ss_fabric *f)
 {
-	struct ss_shm *s = calloc(1, sizeof(*s));
+	struct ss_shm *s;
 	char name[160];
-	int rc;
+	int rc = ss_shm_check_local(f);
 
+	if (rc < 0)
+		return rc;
+	s = calloc(1, sizeof(*s));
 	if (!s)
 		return ss_error_set(-ENOMEM, NULL, NULL, "shm fabric");
 	s->claim_fd = -1;
