@@ -505,7 +505,17 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-n 2 -- train --data x --peers a:1",
 		  "train option --peers" },
 		{ "-n 2 -- train --data x --transport shm",
-		  "give --transport before --" },
+		  "train option --transport (--transport): launch sets it for "
+		  "each rank" },
+		/* shortened, as train's getopt_long would take them */
+		{ "-n 2 -- train --data x --trans verbs",
+		  "train option --transport (--trans)" },
+		{ "-n 2 -- train --data x --ran=5",
+		  "train option --rank (--ran)" },
+		{ "-n 2 -- train --data x --hostf h",
+		  "train option --hostfile" },
+		{ "-n 2 -- train --data x --port 9000",
+		  "give it to launch, before --" },
 		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },

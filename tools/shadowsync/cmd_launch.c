@@ -46,8 +46,9 @@ static void ss_launch_usage(FILE *out)
 		"other, print their output prefixed by rank and one combined summary.\n"
 		"If a rank fails (past --restarts), or on Ctrl-C, the other ranks are\n"
 		"stopped and the exit status is 1.  launch gives each rank --rank, --peers\n"
-		"and --transport, and a random --job-key unless train's options or\n"
-		"SS_JOB_KEY give one.\n"
+		"and --transport (train's --rank, --peers, --hostfile, --transport and\n"
+		"--port are refused after --), and a random --job-key unless train's\n"
+		"options or SS_JOB_KEY give one.\n"
 		"\n"
 		"  -n, --ranks N       ranks to start (1 to %d)\n"
 		"  --peers LIST        the addresses of every rank of a job over several\n"
@@ -116,11 +117,24 @@ static void ss_launch_on_signal(int sig)
 	ss_launch_interrupted = sig;
 }
 
+/*
+ * Whether @arg names train's long option @full ("--name" or "--name=v"),
+ * in full or shortened as getopt_long takes it (three characters at
+ * least: "--r" would be ambiguous to train too).
+ */
+static bool ss_launch_names(const char *arg, const char *full)
+{
+	size_t len = strcspn(arg, "=");
+
+	return len >= 3 && len <= strlen(full) && !strncmp(arg, full, len);
+}
+
 /* Options train must not get from the user: launch sets them per rank. */
 static int ss_launch_check_train_args(int argc, char **argv)
 {
-	static const char *const owned[] = { "--rank", "--peers", "--hostfile",
-					     "--transport", NULL };
+	static const char *const owned[] = { "--rank",	   "--peers",
+					     "--hostfile", "--transport",
+					     "--port",	   NULL };
 
 	if (argc < 1 || strcmp(argv[0], "train"))
 		return ss_error_set(
@@ -128,19 +142,17 @@ static int ss_launch_check_train_args(int argc, char **argv)
 			"shadowsync launch -n N -- train --data FILE ...",
 			"'%s' after --", argc ? argv[0] : "(nothing)");
 	for (int i = 1; i < argc; i++)
-		for (int k = 0; owned[k]; k++) {
-			size_t len = strlen(owned[k]);
-
-			if (!strncmp(argv[i], owned[k], len) &&
-			    (argv[i][len] == '\0' || argv[i][len] == '='))
+		for (int k = 0; owned[k]; k++)
+			if (ss_launch_names(argv[i], owned[k]))
 				return ss_error_set(
 					SS_EUSAGE,
 					"launch sets it for each rank",
-					owned[k][2] == 't' ?
-						"give --transport before --" :
+					owned[k][2] == 't' ||
+							owned[k][3] == 'o' ?
+						"give it to launch, before --" :
 						"leave it out; launch numbers the ranks",
-					"train option %s", owned[k]);
-		}
+					"train option %s (%.*s)", owned[k],
+					(int)strcspn(argv[i], "="), argv[i]);
 	return 0;
 }
 
@@ -294,7 +306,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 			 (unsigned long long)(key ? key : 1));
 	}
 	for (int k = 0; k < l->train_argc; k++)
-		if (!strncmp(l->train_argv[k], "--job-key", 9))
+		if (ss_launch_names(l->train_argv[k], "--job-key"))
 			l->job_key[0] = '\0';
 	return ss_launch_check_train_args(l->train_argc, l->train_argv);
 }
