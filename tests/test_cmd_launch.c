@@ -542,6 +542,30 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 }
 
 /*
+ * Starting fails part way (no descriptors left for a rank's pipes): the
+ * ranks that started are stopped, those that did not are shown as not
+ * started, and the claims launch took for them are removed from
+ * /dev/shm (they were left behind).
+ */
+Test(cmd_launch, a_failed_start_leaves_no_claims)
+{
+	char out[8192];
+	int p = port();
+
+	cmd_run(out, sizeof(out),
+		"cd %s && sh -c 'B=$(ls /proc/self/fd | wc -l); "
+		"ulimit -n $((B + 16)); %s launch -n 8 --port %d -- train "
+		"--data nonexistent.txt 2>&1'; echo \"status $?\"; "
+		"for i in $(seq 0 15); do ls /dev/shm/ss-127.0.0.1:$((%d + i))-* "
+		"2>/dev/null; done",
+		dir, SS_COMMAND, p, p);
+	cr_assert(strstr(out, "Too many open files"), "%s", out);
+	cr_assert(strstr(out, "not started"), "%s", out);
+	cr_assert(strstr(out, "status 1\n"), "%s", out);
+	cr_assert(!strstr(out, "/dev/shm/"), "left behind:\n%s", out);
+}
+
+/*
  * A job over hosts: one launch per rank, each given the whole address
  * list (here two on this machine over shm); each runs its own rank, and
  * they agree on the job key without being told one.

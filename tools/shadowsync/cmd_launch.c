@@ -87,6 +87,7 @@ struct ss_rank_proc {
 	int restarts; /* times this rank was started again */
 	double seconds;
 	int claim_fd; /* its address's claim until it starts, else -1 */
+	bool never_started; /* launch failed before it */
 };
 
 struct ss_launch {
@@ -111,6 +112,7 @@ struct ss_launch {
 };
 
 static volatile sig_atomic_t ss_launch_interrupted;
+static sigset_t ss_launch_signals; /* the three we catch */
 
 static void ss_launch_on_signal(int sig)
 {
@@ -438,6 +440,7 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 {
 	struct ss_rank_proc *p = &l->ranks[r];
 	int out[2], err[2];
+	sigset_t old;
 
 	if (pipe2(out, O_CLOEXEC) < 0)
 		return ss_error_set(-errno, NULL, NULL, "pipe for rank %d", r);
@@ -447,9 +450,23 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 		return ss_error_set(-errno, NULL, NULL, "pipe for rank %d", r);
 	}
 	fflush(NULL);
+	/*
+	 * Until it execs, the child has our handlers, which only set a flag:
+	 * a SIGTERM from ss_launch_kill() or a Ctrl-C in that window would be
+	 * lost, and the rank would train on until SIGKILL.  Blocked over the
+	 * fork; the child takes the default actions back, then unblocks (a
+	 * pending one ends it).
+	 */
+	pthread_sigmask(SIG_BLOCK, &ss_launch_signals, &old);
 	p->pid = fork();
-	if (p->pid == 0)
+	if (p->pid == 0) {
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGHUP, SIG_DFL);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
 		ss_launch_exec(l, r, l->peers, out[1], err[1]);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	close(out[1]);
 	close(err[1]);
 	if (p->claim_fd >= 0) { /* the rank holds it now */
@@ -594,7 +611,9 @@ static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
 				  sigabbrev_np(WTERMSIG(p->status)) :
 				  NULL;
 
-	if (WIFEXITED(p->status))
+	if (p->never_started)
+		snprintf(buf, size, "not started");
+	else if (WIFEXITED(p->status))
 		snprintf(buf, size, "exit %d", WEXITSTATUS(p->status));
 	else if (WIFSIGNALED(p->status))
 		snprintf(buf, size, "killed by SIG%s", sig ? sig : "?");
@@ -687,6 +706,22 @@ static void ss_launch_clean_shm(const struct ss_launch *l, int r)
 			    l->first_rank + r, addr);
 }
 
+/* Start failed: let go of the ranks' claims that no rank took over. */
+static void ss_launch_unclaim_unstarted(struct ss_launch *l)
+{
+	for (int r = 0; r < l->n; r++) {
+		struct ss_rank_proc *p = &l->ranks[r];
+
+		if (p->pid > 0)
+			continue;
+		if (p->claim_fd >= 0) {
+			close(p->claim_fd);
+			p->claim_fd = -1;
+		}
+		ss_launch_clean_shm(l, r);
+	}
+}
+
 /*
  * Relays output and reaps ranks until all have exited.  The first failure,
  * a signal or the time limit stops the rest: SIGTERM, then SIGKILL after
@@ -703,6 +738,7 @@ static int ss_launch_wait(struct ss_launch *l)
 			live++;
 		} else { /* never started */
 			l->ranks[r].exited = true;
+			l->ranks[r].never_started = true;
 			l->ranks[r].status = 127 << 8;
 			failed++;
 		}
@@ -1042,11 +1078,20 @@ int ss_cmd_launch(int argc, char **argv)
 		l.ranks[r].out_fd = l.ranks[r].err_fd = l.ranks[r].claim_fd =
 			-1;
 	sigemptyset(&sa.sa_mask);
+	sigemptyset(&ss_launch_signals);
+	sigaddset(&ss_launch_signals, SIGINT);
+	sigaddset(&ss_launch_signals, SIGTERM);
+	sigaddset(&ss_launch_signals, SIGHUP);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	rc = ss_launch_start(&l);
+	/*
+	 * The claims of ranks that never started: once every child is gone
+	 * (one between its fork and exec still holds them all).
+	 */
 	if (rc < 0 && !l.ranks[0].pid) { /* none started: nothing to show */
+		ss_launch_unclaim_unstarted(&l);
 		free(l.ranks);
 		free(l.cores);
 		free(l.peers);
@@ -1057,6 +1102,8 @@ int ss_cmd_launch(int argc, char **argv)
 		l.start_failed = true; /* stop the ranks that did start */
 	}
 	failed = ss_launch_wait(&l);
+	if (l.start_failed)
+		ss_launch_unclaim_unstarted(&l);
 	if (l.json)
 		ss_launch_print_json(&l, failed);
 	else
