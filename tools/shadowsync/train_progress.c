@@ -9,28 +9,42 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "train_cmd.h"
 
+/*
+ * One write(2) for the whole line, as ss_log does: the shadow and table
+ * threads log on the same stderr, and a line written in pieces could be
+ * cut by theirs (and, under launch, split in two).
+ */
 static void ss_progress_line(struct ss_progress *p, double secs)
 {
+	char line[512];
 	uint64_t ex;
 	double loss, ne;
+	int len;
 
 	ss_train_progress_read(&p->totals, &ex, &loss, &ne);
-	fprintf(stderr,
+	len = snprintf(
+		line, sizeof(line),
 		"rank %d: %.0f s: %" PRIu64
 		" examples, %.0f/s (%.0f/s per trainer); training loss %.4f, NE %.4f",
 		p->c->fabric.rank, secs, ex, (double)ex / secs,
 		(double)ex / secs / p->c->train.threads, loss, ne);
-	if (p->sync) {
+	if (p->sync && len < (int)sizeof(line)) {
 		struct ss_sync_stats st;
 
 		ss_sync_get_stats(p->sync, &st);
-		fprintf(stderr, "; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
-			st.rounds, st.rounds_per_s, st.sync_gap);
+		len += snprintf(line + len, sizeof(line) - (size_t)len,
+				"; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
+				st.rounds, st.rounds_per_s, st.sync_gap);
 	}
-	fputc('\n', stderr);
+	if (len >= (int)sizeof(line) - 1)
+		len = (int)sizeof(line) - 2;
+	line[len++] = '\n';
+	if (write(STDERR_FILENO, line, (size_t)len) < 0)
+		return; /* stderr gone: nothing to tell */
 }
 
 /*
@@ -69,7 +83,10 @@ void *ss_progress_main(void *arg)
 		if (now >= next_line) {
 			ss_progress_line(p, (double)(now - start) / 1e9);
 			ss_train_metrics_update(p, (double)(now - start) / 1e9);
-			next_line += (uint64_t)p->c->progress * s;
+			/* the next due time after now: a save that took longer
+			 * than the interval is not followed by a burst */
+			while (next_line <= now)
+				next_line += (uint64_t)p->c->progress * s;
 		}
 		if (now >= next_save) {
 			int rc = ss_train_save(
