@@ -516,6 +516,8 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		  "train option --hostfile" },
 		{ "-n 2 -- train --data x --port 9000",
 		  "give it to launch, before --" },
+		{ "-n 33 --port 65471 -- train --data x",
+		  "--port 65471 with -n 33: the ranks' ports would pass 65535" },
 		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },

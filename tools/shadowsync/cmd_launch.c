@@ -59,7 +59,8 @@ static void ss_launch_usage(FILE *out)
 		"  --transport T       shm (default), verbs or auto\n"
 		"  --host ADDR         address the ranks listen on (default 127.0.0.1;\n"
 		"                      over verbs: the RDMA netdev's address)\n"
-		"  --port P            port of rank 0, rank r uses P + r (default: random)\n"
+		"  --port P            port of rank 0, rank r uses P + r, its tables'\n"
+		"                      endpoint P + N + r (default: random)\n"
 		"  --timeout S         stop every rank after S seconds (default 0: none)\n"
 		"  --restarts N        start a failed rank again, N times in all (default\n"
 		"                      0); it rejoins the running ranks (train --rejoin),\n"
@@ -296,6 +297,14 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 	if (l->n == 0)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "say how many ranks: -n 4", "-n");
+	/* rank r at P + r, and its tables' endpoint at P + n + r */
+	if (!l->job_peers && l->port + 2 * l->n - 1 > 65535)
+		return ss_error_set(
+			SS_EUSAGE, "the ranks' ports would pass 65535",
+			"N ranks use ports P to P + 2N - 1 (the sharded "
+			"tables' endpoints after the ranks'): give a lower "
+			"--port",
+			"--port %ld with -n %d", l->port, l->n);
 	l->train_argc = argc - optind;
 	l->train_argv = argv + optind;
 	if (!getenv("SS_JOB_KEY")) {
