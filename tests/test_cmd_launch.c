@@ -544,6 +544,28 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 }
 
 /*
+ * A rank's JSON summary longer than 4 KiB (a job of some thousand ranks
+ * has a figure per peer in it) is kept whole for the job's summary, not
+ * passed on in pieces and lost.  A long BLIS_ARCH_TYPE, which the
+ * summary repeats (BLIS reads 0000... as 0), makes one with one rank.
+ */
+Test(cmd_launch, a_summary_longer_than_4_kib_is_kept)
+{
+	char out[32768];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "BLIS_ARCH_TYPE=$(printf '0%%.0s' $(seq 6000)) "
+			     "%s launch -n 1 --port %d --json -- train "
+			     "--data %s/train.txt " MODEL
+			     " --threads 1 --progress 0 2>&1",
+			     SS_COMMAND, port(), dir),
+		     0, "%.2000s", out);
+	cr_assert(!strstr(out, "[rank 0] {"), "passed on in pieces: %.2000s",
+		  out);
+	cr_assert_eq(cmd_json_number(out, "examples"), 6000, "%.2000s", out);
+}
+
+/*
  * Starting fails part way (no descriptors left for a rank's pipes): the
  * ranks that started are stopped, those that did not are shown as not
  * started, and the claims launch took for them are removed from

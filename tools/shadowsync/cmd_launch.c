@@ -80,8 +80,10 @@ static void ss_launch_usage(FILE *out)
 struct ss_rank_proc {
 	pid_t pid;
 	int out_fd, err_fd; /* read ends; -1 once closed */
-	char out_buf[4096], err_buf[4096];
-	size_t out_len, err_len;
+	/* stdout's buffer grows: a rank's JSON summary is one line, longer
+	 * than 4 KiB in a job of some thousand ranks (a figure per peer) */
+	char *out_buf, err_buf[4096];
+	size_t out_cap, out_len, err_len;
 	char *json; /* the rank's JSON summary line */
 	int status; /* wait status, valid once exited */
 	bool exited;
@@ -549,6 +551,10 @@ static int ss_launch_start(struct ss_launch *l)
 	return rc;
 }
 
+/* The longest stdout line kept whole (a JSON summary); longer ones go
+ * out in pieces. */
+#define SS_LAUNCH_LINE_MAX (64u << 20)
+
 /* Passes on complete lines; keeps the rank's JSON summary for the end. */
 static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 			    FILE *to, bool flush_all)
@@ -572,22 +578,52 @@ static void ss_launch_lines(struct ss_launch *l, int r, char *buf, size_t *len,
 	}
 	*len -= (size_t)(start - buf);
 	memmove(buf, start, *len);
-	/* A line longer than the buffer goes out in pieces. */
-	if (*len == 4096 - 1) {
-		fprintf(to, "[rank %ld] %.*s\n", l->first_rank + r, (int)*len,
-			buf);
+}
+
+/*
+ * Room to read into: stdout's buffer doubles (from 4 KiB) up to the
+ * limit; a buffer still full holds a line longer than that, which goes
+ * out in pieces.  Returns the buffer and its size in @cap.
+ */
+static char *ss_launch_room(struct ss_launch *l, int r, bool is_err,
+			    size_t *cap)
+{
+	struct ss_rank_proc *p = &l->ranks[r];
+	size_t *len = is_err ? &p->err_len : &p->out_len;
+
+	if (!is_err && p->out_len + 1 >= p->out_cap &&
+	    p->out_cap < SS_LAUNCH_LINE_MAX) {
+		size_t want = p->out_cap ? 2 * p->out_cap : 4096;
+		char *more = realloc(p->out_buf, want);
+
+		if (more) {
+			p->out_buf = more;
+			p->out_cap = want;
+		}
+	}
+	*cap = is_err ? sizeof(p->err_buf) : p->out_cap;
+	if (*cap && *len + 1 >= *cap) {
+		fprintf(is_err ? stderr : stdout, "[rank %ld] %.*s\n",
+			l->first_rank + r, (int)*len,
+			is_err ? p->err_buf : p->out_buf);
 		*len = 0;
 	}
+	return is_err ? p->err_buf : p->out_buf;
 }
 
 static void ss_launch_read(struct ss_launch *l, int r, bool is_err)
 {
 	struct ss_rank_proc *p = &l->ranks[r];
 	int *fd = is_err ? &p->err_fd : &p->out_fd;
-	char *buf = is_err ? p->err_buf : p->out_buf;
-	size_t *len = is_err ? &p->err_len : &p->out_len;
-	ssize_t got = read(*fd, buf + *len, 4096 - 1 - *len);
+	size_t *len = is_err ? &p->err_len : &p->out_len, cap;
+	char *buf = ss_launch_room(l, r, is_err, &cap);
+	ssize_t got;
 
+	if (!buf) { /* no memory for a first buffer: read it later */
+		usleep(10000);
+		return;
+	}
+	got = read(*fd, buf + *len, cap - 1 - *len);
 	if (got > 0) {
 		*len += (size_t)got;
 		ss_launch_lines(l, r, buf, len, is_err ? stderr : stdout,
@@ -715,14 +751,18 @@ static void ss_launch_clean_shm(const struct ss_launch *l, int r)
 			    l->first_rank + r, addr);
 }
 
-/* Start failed: let go of the ranks' claims that no rank took over. */
-static void ss_launch_unclaim_unstarted(struct ss_launch *l)
+/*
+ * Every child gone: what any rank left, and the claims of ranks that
+ * never started.  Not only at each rank's exit: until it execs, a child
+ * holds copies of the claims of the ranks after it (they are passed on
+ * through fork), so a rank stopped early can find its neighbour's claim
+ * still held then.
+ */
+static void ss_launch_clean_all(struct ss_launch *l)
 {
 	for (int r = 0; r < l->n; r++) {
 		struct ss_rank_proc *p = &l->ranks[r];
 
-		if (p->pid > 0)
-			continue;
 		if (p->claim_fd >= 0) {
 			close(p->claim_fd);
 			p->claim_fd = -1;
@@ -1095,12 +1135,8 @@ int ss_cmd_launch(int argc, char **argv)
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
 	rc = ss_launch_start(&l);
-	/*
-	 * The claims of ranks that never started: once every child is gone
-	 * (one between its fork and exec still holds them all).
-	 */
 	if (rc < 0 && !l.ranks[0].pid) { /* none started: nothing to show */
-		ss_launch_unclaim_unstarted(&l);
+		ss_launch_clean_all(&l);
 		free(l.ranks);
 		free(l.cores);
 		free(l.peers);
@@ -1111,14 +1147,15 @@ int ss_cmd_launch(int argc, char **argv)
 		l.start_failed = true; /* stop the ranks that did start */
 	}
 	failed = ss_launch_wait(&l);
-	if (l.start_failed)
-		ss_launch_unclaim_unstarted(&l);
+	ss_launch_clean_all(&l);
 	if (l.json)
 		ss_launch_print_json(&l, failed);
 	else
 		ss_launch_print_table(&l, failed);
-	for (int r = 0; r < l.n; r++)
+	for (int r = 0; r < l.n; r++) {
 		free(l.ranks[r].json);
+		free(l.ranks[r].out_buf);
+	}
 	free(l.ranks);
 	free(l.cores);
 	free(l.peers);
