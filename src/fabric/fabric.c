@@ -448,8 +448,14 @@ int ss__backlog_push(struct ss_fabric *f, const struct ss_completion *c)
 		int cap = f->backlog_cap ? 2 * f->backlog_cap : 64;
 		struct ss_completion *b = malloc((size_t)cap * sizeof(*b));
 
-		if (!b)
+		if (!b) { /* said here: most callers are error paths */
+			ss_log_warn("fabric: out of memory: the completion of "
+				    "%s wr_id %llu (peer %d) is lost; its "
+				    "wait ends at its timeout",
+				    ss_op_name(c->op),
+				    (unsigned long long)c->wr_id, c->peer);
 			return -ENOMEM;
+		}
 		for (int i = 0; i < f->backlog_count; i++)
 			b[i] = f->backlog[(f->backlog_head + i) %
 					  f->backlog_cap];
