@@ -184,6 +184,36 @@ Test(cmd_bad_input, shm_with_an_address_of_another_machine)
 		"--connect-timeout 20");
 }
 
+/*
+ * --save naming the --data or --test file (by another spelling too) is
+ * refused before training: the save replaced the data, or the held-out
+ * file it then evaluated.  A --load that is a FIFO is refused, not
+ * waited on for ever.
+ */
+Test(cmd_bad_input, save_over_the_data_and_load_of_a_fifo)
+{
+	char path[256], head[8] = { 0 };
+	FILE *f;
+
+	cr_assert_eq(cmd_run(head, sizeof(head),
+			     "cd %s && cp train.txt d.txt "
+			     "&& cp train.txt t.txt && mkfifo ff",
+			     dir),
+		     0);
+	refused(2, "--save 'd.txt': it is the --data file", true,
+		"train " MODEL " --data d.txt --save d.txt");
+	refused(2, "--save './t.txt': it is the --test file", true,
+		"train " MODEL " --data d.txt --test t.txt --save ./t.txt");
+	refused(2, "--load 'ff': not a regular file", true,
+		"train " MODEL " --data d.txt --load ff");
+	snprintf(path, sizeof(path), "%s/d.txt", dir);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	cr_assert_eq(fread(head, 1, 6, f), 6);
+	fclose(f);
+	cr_assert(strncmp(head, "SSCKPT", 6), "the data was replaced");
+}
+
 /* Each --peers entry is a rank: an empty one is refused, not dropped. */
 Test(cmd_bad_input, an_empty_peer_entry)
 {

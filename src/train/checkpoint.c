@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,7 +401,8 @@ int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
 		       uint64_t *examples)
 {
 	unsigned char head[SS_CKPT_HEADER];
-	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO without a writer must not hold us here */
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0)
 		return ss_error_set(-errno, NULL, NULL, "checkpoint '%s'",
@@ -483,22 +485,31 @@ int ss_checkpoint_load_parts(const char *path,
 	float *chunk = ss_chunk_alloc(n); /* the state: none, or n floats */
 	uint64_t h = ss_sum_seed, n_state = 0;
 	uint32_t version;
+	struct stat st;
 	off_t size;
-	int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO without a writer must not hold us here */
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 
 	if (fd < 0) {
 		free(chunk);
-		return ss_error_set(-errno, NULL, "check the --load path",
+		return ss_error_set(-errno, NULL, "check the checkpoint's path",
 				    "checkpoint '%s'", path);
 	}
 	if (!chunk) {
 		close(fd);
 		return ss_error_set(-ENOMEM, NULL, NULL, "loading '%s'", path);
 	}
-	size = lseek(fd, 0, SEEK_END);
-	rc = size < 0 ?
+	rc = fstat(fd, &st) < 0 ?
 		     ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path) :
+	     !S_ISREG(st.st_mode) ?
+		     ss_error_set(SS_EUSAGE, "not a regular file",
+				  "give a checkpoint file that "
+				  "--save wrote",
+				  "checkpoint '%s'", path) :
 		     0;
+	size = rc == 0 ? lseek(fd, 0, SEEK_END) : 0;
+	if (rc == 0 && size < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0 && size < SS_CKPT_HEADER)

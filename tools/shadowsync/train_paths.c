@@ -75,26 +75,66 @@ static int ss_check_output(const char *option, const char *path)
 	return 0;
 }
 
+/* A checkpoint to read: a regular file (a FIFO would hold --load for
+ * ever), that we may open. */
+static int ss_check_checkpoint(const char *option, const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	struct stat st;
+	int rc = 0;
+
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, "check the checkpoint's path",
+				    "%s '%s'", option, path);
+	if (fstat(fd, &st) < 0)
+		rc = ss_error_set(-errno, NULL, "check the checkpoint's path",
+				  "%s '%s'", option, path);
+	else if (!S_ISREG(st.st_mode))
+		rc = ss_error_set(SS_EUSAGE, "not a regular file",
+				  "give a checkpoint file that --save wrote",
+				  "%s '%s'", option, path);
+	close(fd);
+	return rc;
+}
+
+/* Whether @path names the same file as @other (which exists). */
+static bool ss_same_file(const char *path, const struct stat *other)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && st.st_dev == other->st_dev &&
+	       st.st_ino == other->st_ino;
+}
+
 int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 {
 	char buf[4096];
-	struct stat st;
+	struct stat test;
 	const char *path;
 	int rc = ss_check_input("--data", c->train.data, data);
 
 	if (rc == 0 && c->test)
-		rc = ss_check_input("--test", c->test, &st);
+		rc = ss_check_input("--test", c->test, &test);
 	if (rc == 0 && c->load) {
 		path = ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
-		if (access(path, R_OK) < 0)
-			rc = ss_error_set(-errno, NULL,
-					  "check the checkpoint's path",
-					  "--load '%s'", path);
+		rc = ss_check_checkpoint("--load", path);
 	}
 	if (rc == 0 && c->save) {
 		path = ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
 		if (path)
 			rc = ss_check_output("--save", path);
+		/* the save would replace the data it trained on, or the
+		 * held-out file it then evaluates */
+		if (rc == 0 && path &&
+		    (ss_same_file(path, data) ||
+		     (c->test && ss_same_file(path, &test))))
+			rc = ss_error_set(
+				SS_EUSAGE,
+				ss_same_file(path, data) ?
+					"it is the --data file" :
+					"it is the --test file",
+				"give the checkpoint a name of its own",
+				"--save '%s'", path);
 	}
 	return rc;
 }
