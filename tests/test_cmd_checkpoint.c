@@ -293,4 +293,15 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 		     1, "%s", out);
 	cr_assert(strstr(out, "rank 0 of 4; this job has 1 ranks"), "%s", out);
 	cr_assert(strstr(out, "shadowsync reshard"), "%s", out);
+	/* not onto its own shards: a failure part way would leave neither
+	 * set whole (another spelling of the same files too) */
+	cr_assert_eq(run(out, sizeof(out),
+			 "cp t.0 v.0 && cp t.1 v.1 && "
+			 "$S reshard --from 'v.{rank}' --ranks 2 "
+			 "--to './v.{rank}' --new-ranks 4 " MODEL " 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--to './v.{rank}' ('./v.0'): it would replace "
+			      "a --from shard"),
+		  "%s", out);
+	cr_assert(same_bytes("t.0", "v.0", 0, state), "v.0 was written");
 }

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "train_cmd.h"
 
@@ -161,6 +162,52 @@ static void ss_shard_fill(const struct ss_shard_set *old,
 		}
 }
 
+static int ss_cmp_file(const void *a, const void *b)
+{
+	const struct stat *x = a, *y = b;
+
+	if (x->st_dev != y->st_dev)
+		return x->st_dev < y->st_dev ? -1 : 1;
+	return (x->st_ino > y->st_ino) - (x->st_ino < y->st_ino);
+}
+
+/*
+ * No new shard may replace an old one: the new are renamed into place
+ * one by one, so a failure part way would leave neither set whole.  By
+ * file, not by name ('./ckpt.{rank}' is 'ckpt.{rank}').
+ */
+static int ss_reshard_no_overlap(const char *from, long ranks, const char *to,
+				 long new_ranks)
+{
+	struct stat *old = calloc((size_t)ranks, sizeof(*old)), st;
+	char path[4096];
+	int n = 0, rc = 0;
+
+	if (!old)
+		return ss_error_set(-ENOMEM, NULL, NULL, "--from");
+	for (long k = 0; k < ranks; k++) {
+		ss_rank_path(from, (int)k, path, sizeof(path));
+		if (stat(path, &old[n]) == 0)
+			n++;
+	}
+	qsort(old, (size_t)n, sizeof(*old), ss_cmp_file);
+	for (long j = 0; j < new_ranks && rc == 0; j++) {
+		ss_rank_path(to, (int)j, path, sizeof(path));
+		if (stat(path, &st) == 0 &&
+		    bsearch(&st, old, (size_t)n, sizeof(*old), ss_cmp_file))
+			rc = ss_error_set(
+				SS_EUSAGE,
+				"it would replace a --from shard, and a "
+				"failure part way would leave neither set "
+				"whole",
+				"write the new shards under another name, "
+				"then move them",
+				"--to '%s' ('%s')", to, path);
+	}
+	free(old);
+	return rc;
+}
+
 static int ss_reshard(const struct ss_model_config *m, const char *from,
 		      long ranks, const char *to_path, long new_ranks)
 {
@@ -292,6 +339,8 @@ int ss_cmd_reshard(int argc, char **argv)
 		ss_cmd_model_top_spelling(&m);
 		rc = ss_model_check(&m);
 	}
+	if (rc == 0)
+		rc = ss_reshard_no_overlap(from, ranks, to, new_ranks);
 	if (rc == 0)
 		rc = ss_reshard(&m, from, ranks, to, new_ranks);
 	return rc < 0 ? ss_cmd_fail(ss_reshard_prog, rc) : SS_EXIT_OK;
