@@ -144,6 +144,36 @@ Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
 	cr_assert_eq(objects_of(dead + 1), 0);
 }
 
+/*
+ * Another user's objects, whose claim we may not open: not ours to judge
+ * (they were taken for a dead rank's and "removed", while unlink failed:
+ * the live rank's stayed, but shm-clean said it had removed them).  Made
+ * by hand as root, mode 0600; shm-clean runs as nobody.
+ */
+Test(cmd_shm, shm_clean_leaves_another_users_objects)
+{
+	char out[4096];
+	int p = port() + 14;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root, to run shm-clean as another user");
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "umask 077; : > /dev/shm/ss-127.0.0.1:%d-claim && "
+			     ": > /dev/shm/ss-127.0.0.1:%d-r0 && "
+			     "setpriv --reuid=65534 --regid=65534 "
+			     "--clear-groups %s shm-clean --address "
+			     "127.0.0.1:%d 2>&1",
+			     p, p, SS_COMMAND, p),
+		     0, "%s", out);
+	cr_assert(strstr(out, "removed 0 leftovers") ||
+			  strstr(out, "no leftovers"),
+		  "%s", out);
+	cr_assert_eq(objects_of(p), 2, "%s", out);
+	snprintf(out, sizeof(out), "127.0.0.1:%d", p);
+	cr_assert_eq(ss_fabric_shm_clean(out, 0, true, NULL, NULL), 1);
+	cr_assert_eq(objects_of(p), 0);
+}
+
 /* Two launches at once on the same ports: one runs, one is refused with
  * the reason (before, each took one address and both failed). */
 Test(cmd_shm, two_jobs_started_together_one_runs)

@@ -265,6 +265,9 @@ static bool ss_shm_leftover_of(const char *stem, struct ss_shm_leftover *l,
 	snprintf(l->stem, sizeof(l->stem), "%s", stem);
 	snprintf(name, sizeof(name), "/ss-%s-claim", stem);
 	*lock = shm_open(name, O_RDWR | O_CLOEXEC, 0);
+	/* a claim we may not open (another user's) is not ours to judge */
+	if (*lock < 0 && errno != ENOENT)
+		return false;
 	if (*lock >= 0) {
 		/* held, or renamed away by an owner closing (a new one may
 		 * hold the new claim): not ours to remove */
