@@ -157,6 +157,11 @@ Test(cmd_shm, shm_clean_leaves_another_users_objects)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root, to run shm-clean as another user");
+	if (cmd_run(out, sizeof(out),
+		    "setpriv --reuid=65534 --regid=65534 --clear-groups "
+		    "%s --version 2>&1",
+		    SS_COMMAND) != 0)
+		cr_skip_test("nobody cannot run %s: %s", SS_COMMAND, out);
 	cr_assert_eq(cmd_run(out, sizeof(out),
 			     "umask 077; : > /dev/shm/ss-127.0.0.1:%d-claim && "
 			     ": > /dev/shm/ss-127.0.0.1:%d-r0 && "
