@@ -132,6 +132,9 @@ Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
 		"gen-data --out . --examples 10");
 	refused(1, "--out 'nodir/x.txt': writing 'nodir/x.txt.tmp'", true,
 		"gen-data --out nodir/x.txt --examples 10");
+	/* a count given without its option is not the default million */
+	refused(2, "'50000': unexpected argument", true,
+		"gen-data --out x.txt 50000");
 	/* "-" is no file of that name written without a word */
 	refused(2, "--out '-': standard output is not supported", true,
 		"gen-data --out - --examples 10");

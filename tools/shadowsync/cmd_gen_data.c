@@ -164,6 +164,10 @@ int ss_cmd_gen_data(int argc, char **argv)
 		if (rc < 0)
 			return ss_cmd_fail(ss_gen_prog, rc);
 	}
+	/* "gen-data --out f 50000" would write the default million */
+	rc = ss_cmd_no_more_args(argc, argv);
+	if (rc < 0)
+		return ss_cmd_fail(ss_gen_prog, rc);
 	if (!out)
 		return ss_cmd_fail(ss_gen_prog,
 				   ss_error_set(SS_EUSAGE, "it is required",
