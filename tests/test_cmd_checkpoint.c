@@ -304,4 +304,18 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 			      "a --from shard"),
 		  "%s", out);
 	cr_assert(same_bytes("t.0", "v.0", 0, state), "v.0 was written");
+	/* shards read as another size, or as the whole model: said so */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S reshard --from 's.{rank}' --ranks 2 --to "
+			 "'w.{rank}' --new-ranks 1 " MODEL " 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "(rank 0 of 4; --ranks 2): it is the shard of "
+			      "another job size"),
+		  "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN
+			 " --tables replicated --load s.1 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "(rank 1 of 4): it is a shard of this model"),
+		  "%s", out);
 }

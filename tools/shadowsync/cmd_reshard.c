@@ -100,12 +100,12 @@ static int ss_shard_alloc(struct ss_shard_set *s, int k)
 static int ss_shards_read(struct ss_shard_set *s, const char *from,
 			  uint64_t model_hash)
 {
-	char path[4096];
+	char path[4096], ours[32];
 
 	for (int k = 0; k < s->world; k++) {
 		struct ss_checkpoint_part p = { NULL, 0 }, st = { NULL, 0 };
 		uint64_t examples = 0;
-		bool has = false;
+		bool has = false, told;
 		int rc = ss_shard_alloc(s, k);
 
 		if (rc < 0)
@@ -118,11 +118,20 @@ static int ss_shards_read(struct ss_shard_set *s, const char *from,
 			path, &p, 1, &st, 1,
 			ss_shard_layout_hash(model_hash, s->world, k),
 			&examples, &has);
-		if (rc < 0)
+		snprintf(ours, sizeof(ours), "--ranks %d", s->world);
+		rc = ss_shard_layout_why(
+			rc, path, model_hash, ours,
+			"give --ranks the number of ranks that saved them",
+			"reshard reads shards: train --tables sharded --save "
+			"'ckpt.{rank}' writes them",
+			&told);
+		if (rc == SS_ELAYOUT && !told)
 			return ss_error_prefix(
 				"--from (shard %d of %d; the model options must "
 				"be the saving job's)",
 				k, s->world);
+		if (rc < 0)
+			return ss_error_prefix("--from");
 		if (k > 0 && has != s->has_acc)
 			return ss_error_set(SS_EPARSE,
 					    "some shards hold accumulators, "

@@ -133,6 +133,7 @@ int ss_cmd_train(int argc, char **argv)
 
 		rc = ss_checkpoint_load(path, params, c.train.adagrad_acc, len,
 					c.layout_hash, &c.resumed, &has_acc);
+		rc = ss_train_load_whole_why(rc, path, c.layout_hash);
 		if (rc < 0) {
 			ss_error_prefix("--load");
 			goto out;

@@ -110,40 +110,79 @@ int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
 {
 	struct ss_checkpoint_part p[2], st[2];
 	int ns = ss_shard_parts(c, params, p, st), rc;
-	uint64_t hash, n, examples;
+
+	char ours[64];
 
 	rc = ss_checkpoint_load_parts(path, p, 2, ns ? st : NULL, ns,
 				      ss_shard_layout_hash(c->layout_hash,
 							   c->fabric.world,
 							   c->fabric.rank),
 				      &c->resumed, has_acc);
+	snprintf(ours, sizeof(ours), "this job has %d ranks", c->fabric.world);
+	return ss_shard_layout_why(
+		rc, path, c->layout_hash, ours,
+		"re-divide the shards first: shadowsync reshard --from PATH "
+		"--ranks N --to NEW --new-ranks M (with this model's options)",
+		"load it with --tables replicated, or save shards with "
+		"--tables sharded",
+		NULL);
+}
+
+/*
+ * Whether @hash is the layout of a shard of @model_hash: which rank @r of
+ * a job of @w, among the sizes up to 1024 (w^2 / 2 hashes: half a million
+ * there, two billion at the largest world; past it none is named).
+ */
+static bool ss_shard_of(uint64_t model_hash, uint64_t hash, int *w, int *r)
+{
+	for (*w = 1; *w <= 1024; (*w)++)
+		for (*r = 0; *r < *w; (*r)++)
+			if (ss_shard_layout_hash(model_hash, *w, *r) == hash)
+				return true;
+	return false;
+}
+
+int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash)
+{
+	uint64_t hash, n, examples;
+	int w, r;
+
+	if (rc != SS_ELAYOUT ||
+	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0 ||
+	    !ss_shard_of(model_hash, hash, &w, &r))
+		return rc;
+	return ss_error_set(SS_ELAYOUT,
+			    "it is a shard of this model, not the whole model",
+			    "load shards with --tables sharded in a job of "
+			    "that size (--load 'PATH.{rank}'), or join them "
+			    "first: shadowsync reshard --new-ranks 1",
+			    "checkpoint '%s' (rank %d of %d)", path, r, w);
+}
+
+int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
+			const char *ours, const char *size_hint,
+			const char *whole_hint, bool *told)
+{
+	uint64_t hash, n, examples;
+	int w, r;
+
+	if (told)
+		*told = true; /* unless we get to the end */
+
 	if (rc != SS_ELAYOUT ||
 	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0)
 		return rc;
-	/*
-	 * From a job of another size, or of other tables: say which, among
-	 * the sizes up to 1024 (w^2 / 2 hashes: half a million there, two
-	 * billion at the largest world; past it the message names no size).
-	 */
-	for (int w = 1; w <= 1024; w++)
-		for (int r = 0; r < w; r++)
-			if (ss_shard_layout_hash(c->layout_hash, w, r) == hash)
-				return ss_error_set(
-					SS_ELAYOUT,
-					"it is the shard of another job size",
-					"re-divide the shards first: shadowsync "
-					"reshard --from PATH --ranks N --to "
-					"NEW --new-ranks M (with this model's "
-					"options)",
-					"checkpoint '%s' (rank %d of %d; this "
-					"job has %d ranks)",
-					path, r, w, c->fabric.world);
-	if (hash == c->layout_hash)
+	if (ss_shard_of(model_hash, hash, &w, &r))
+		return ss_error_set(
+			SS_ELAYOUT, "it is the shard of another job size",
+			size_hint, "checkpoint '%s' (rank %d of %d; %s)", path,
+			r, w, ours);
+	if (hash == model_hash)
 		return ss_error_set(SS_ELAYOUT,
 				    "it holds the whole model, not a shard",
-				    "load it with --tables replicated, or "
-				    "save shards with --tables sharded",
-				    "checkpoint '%s'", path);
+				    whole_hint, "checkpoint '%s'", path);
+	if (told)
+		*told = false;
 	return rc;
 }
 

@@ -145,6 +145,22 @@ void ss_train_on_signal(int sig);
 uint64_t ss_shard_layout_hash(uint64_t model_hash, int world, int rank);
 
 /*
+ * ss_shard_layout_why() - @rc of loading shard file @path; when it is
+ * SS_ELAYOUT, says what the file is instead, if it can tell: a shard of
+ * another job size (@ours names ours, @size_hint the way out) or the
+ * whole model (@whole_hint); *@told (may be NULL) says whether it did.
+ */
+int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
+			const char *ours, const char *size_hint,
+			const char *whole_hint, bool *told);
+
+/*
+ * ss_train_load_whole_why() - @rc of loading the whole model from @path;
+ * when it is SS_ELAYOUT and the file is a shard of this model, says so.
+ */
+int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash);
+
+/*
  * ss_train_load_shard() - --load with --tables sharded: this rank's MLPs,
  * rows and accumulators; a file of another job size is refused with the
  * reshard command in the hint.
