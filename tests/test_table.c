@@ -7,9 +7,11 @@
  * nothing is corrupted.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -23,6 +25,7 @@
 /* What the ranks of a test share: a phase each may wait for. */
 struct shared {
 	_Atomic int phase;
+	_Atomic int pid1; /* rank 1's process, for the stall test */
 };
 
 static struct shared *shared_map(void)
@@ -54,6 +57,7 @@ struct job {
 	int world, port_base;
 	uint64_t key;
 	struct shared *sh;
+	unsigned fabric_timeout_ms; /* 0: 20 s */
 	int (*body)(struct ss_table *t, int rank, struct job *job);
 };
 
@@ -70,7 +74,7 @@ static int table_open(struct job *job, int rank, struct ss_table **t)
 	fo.world = job->world;
 	fo.addrs = addrs;
 	fo.job_key = job->key;
-	fo.timeout_ms = 20000;
+	fo.timeout_ms = job->fabric_timeout_ms ? job->fabric_timeout_ms : 20000;
 	return ss_table_open(t, &job->opts, &fo);
 }
 
@@ -353,6 +357,12 @@ static int body_alone(struct ss_table *t, int rank, struct job *job)
 		     (unsigned long long)st.pushed,
 		     (unsigned long long)st.pushed_local,
 		     (unsigned long long)st.rows_remote);
+	/* a batch with a bad id is refused whole: row 0 takes no step */
+	ids[1] = 1000000;
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 2) != -EINVAL,
+		     "a push of id 1000000 was taken");
+	rank_fail_if(rank, check_rows(t, rank, ids, 1, 1),
+		     "the rows before the bad id were pushed");
 	return 0;
 }
 
@@ -431,6 +441,100 @@ static int push_rounds(struct ss_table *t, int rank, const uint64_t *ids, int n,
 			     "flush of push %d: %s", k, ss_last_error()->why);
 	}
 	return 0;
+}
+
+/* Whether process @pid is stopped (state T), waiting up to 10 s. */
+static bool stopped(int pid)
+{
+	char path[64], stat[256];
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	for (int i = 0; i < 1000; i++) {
+		FILE *f = fopen(path, "r");
+		const char *p = NULL;
+
+		if (f && fgets(stat, sizeof(stat), f))
+			p = strrchr(stat, ')');
+		if (f)
+			fclose(f);
+		if (p && p[2] == 'T')
+			return true;
+		ss_sleep_ns(10000000);
+	}
+	return false;
+}
+
+/*
+ * An owner that stalls (stopped with SIGSTOP): over shm its ring of
+ * immediates fills, and a log WRITE to it cannot be posted within the
+ * fabric's timeout while it is still connected.  Those entries used to
+ * be counted as dropped and skipped, so that the owner's count of our
+ * log was out of step for good: nothing pushed after was applied right
+ * ("flush: gradients still on their way").  Now they are posted again,
+ * in order, once it has room: pushes to fresh rows after it are applied
+ * once each.  (Failing the owner instead applied some twice: a stopped
+ * process still held the old log's immediates.)
+ */
+static int body_stall(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[ROWS], x;
+	float g[WIDTH];
+	int n = ids_of(t, 1, ids, ROWS), tries = 0;
+
+	if (rank == 1) {
+		atomic_store(&job->sh->pid1, getpid());
+		atomic_store(&job->sh->phase, 1);
+		raise(SIGSTOP); /* rank 0 continues us */
+		rank_fail_if(rank, !wait_phase(job->sh, 2), "rank 0 not done");
+		return 0;
+	}
+	rank_fail_if(rank, n < 40, "rank 1 owns %d rows", n);
+	rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 1 not there");
+	rank_fail_if(rank, !stopped(atomic_load(&job->sh->pid1)),
+		     "rank 1 did not stop");
+	/* one row at a time: each its own WRITE, past the 1024 slots */
+	x = ids[0];
+	gradient(x, 0, g);
+	for (int k = 0; k < 1100; k++) {
+		rank_fail_if(rank, ss_table_push(t, 0, &x, g, 1), "push %d", k);
+		ss_sleep_ns(20000);
+	}
+	ss_sleep_ns(3000000000ull); /* the fabric's timeout passes */
+	kill(atomic_load(&job->sh->pid1), SIGCONT);
+	/* until rank 1 is back: a push of fresh rows that all arrive */
+	for (int used = 1; used + 4 <= n; used += 4, tries++) {
+		float g4[4 * WIDTH];
+
+		for (int i = 0; i < 4; i++)
+			gradient(ids[used + i], 0, g4 + i * WIDTH);
+		rank_fail_if(rank, ss_table_push(t, 0, ids + used, g4, 4),
+			     "push");
+		if (ss_table_flush(t, 2000) == 0) {
+			rank_fail_if(rank,
+				     check_rows(t, rank, ids + used, 4, 1),
+				     "after %d tries", tries);
+			atomic_store(&job->sh->phase, 2);
+			return 0;
+		}
+	}
+	rank_fail_if(rank, true, "no push arrived whole in %d tries", tries);
+	return 1;
+}
+
+Test(table, a_stalled_owner_is_waited_for_not_skipped, .timeout = 150)
+{
+	struct job job = { .world = 2,
+			   .body = body_stall,
+			   .fabric_timeout_ms = 2000 };
+
+	if (ranks_transport() != SS_TRANSPORT_SHM)
+		cr_skip_test("shm's ring of immediates (verbs retries)");
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.log_entries = 4096;
+	job.opts.timeout_ms = 20000;
+	run(&job);
 }
 
 /*

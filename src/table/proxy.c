@@ -92,7 +92,7 @@ static void ss_completed(struct ss_table *tb, const struct ss_completion *c)
 }
 
 /* Tell every peer (or one, @only) barrier number @imm; false when some
- * live one's queue has no room. */
+ * live one's queue has no room, or took none. */
 static bool ss_send_barrier(struct ss_table *tb, int only, uint32_t imm)
 {
 	for (int p = 0; p < tb->world; p++)
@@ -100,13 +100,20 @@ static bool ss_send_barrier(struct ss_table *tb, int only, uint32_t imm)
 		    ss_fabric_peer_ok(tb->fabric, p) &&
 		    tb->flight[p] >= tb->max_flight)
 			return false;
-	for (int p = 0; p < tb->world; p++)
-		if (p != tb->rank && (only < 0 || p == only) &&
-		    ss_fabric_peer_ok(tb->fabric, p) &&
-		    ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
+	for (int p = 0; p < tb->world; p++) {
+		if (p == tb->rank || (only >= 0 && p != only) ||
+		    !ss_fabric_peer_ok(tb->fabric, p))
+			continue;
+		if (ss_fabric_write_imm(tb->fabric, p, tb->r_local, 0,
 					SS_TABLE_R_LOG, 0, 0, imm,
 					SS__WR(SS__WR_BARRIER, 0, 0)) == 0)
 			ss__table_posted(tb, p, 1);
+		else if (ss_fabric_peer_ok(tb->fabric, p))
+			/* not sent to a live peer (a stalled one): the
+			 * hello or barrier is sent again later (a barrier
+			 * number seen twice is seen once) */
+			return false;
+	}
 	return true;
 }
 
@@ -209,10 +216,15 @@ static void ss_fail_silent(struct ss_table *tb)
 			 "is down or unreachable",
 			 tb->flight[p],
 			 (double)(now - tb->answered_ns[p]) / 1e9);
-		ss_log_warn("table: peer %d: %s", p, why);
-		ss_fabric_fail_peer(tb->fabric, p, why);
-		tb->answered_ns[p] = now; /* once: its completions follow */
+		ss__table_fail_peer(tb, p, why);
 	}
+}
+
+void ss__table_fail_peer(struct ss_table *tb, int p, const char *why)
+{
+	ss_log_warn("table: peer %d: %s", p, why);
+	ss_fabric_fail_peer(tb->fabric, p, why);
+	tb->answered_ns[p] = ss_now_ns(); /* once: its completions follow */
 }
 
 void *ss__table_proxy(void *arg)

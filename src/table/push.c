@@ -28,16 +28,18 @@ int ss_table_push(struct ss_table *tb, int client, const uint64_t *ids,
 	if (client < 0 || client >= tb->opts.clients || n < 0)
 		return ss_error_set(-EINVAL, "bad client or size", NULL,
 				    "table push of %d rows", n);
+	/* all checked first: a bad id must not leave half the batch done */
+	for (int i = 0; i < n; i++)
+		if (ids[i] >= all)
+			return ss_error_set(-EINVAL, "no such row", NULL,
+					    "table push of id %llu",
+					    (unsigned long long)ids[i]);
 	cl = &tb->client[client];
 	tail = atomic_load_explicit(&cl->push_tail, memory_order_relaxed);
 	for (int i = 0; i < n; i++) {
 		int t = (int)(ids[i] / tb->opts.rows), owner;
 		uint32_t slot;
 
-		if (ids[i] >= all)
-			return ss_error_set(-EINVAL, "no such row", NULL,
-					    "table push of id %llu",
-					    (unsigned long long)ids[i]);
 		ss__table_place(tb, t, (uint32_t)(ids[i] % tb->opts.rows),
 				&owner, &slot);
 		if (owner == tb->rank) {
@@ -152,19 +154,37 @@ static void ss_post_log(struct ss_table *tb, int o)
 		uint64_t at = ob->posted % tb->opts.log_entries,
 			 n = ob->tail - ob->posted;
 		size_t off;
+		int rc;
 
 		if (at + n > tb->opts.log_entries)
 			n = tb->opts.log_entries - at; /* to the end, then on */
 		off = (size_t)at * tb->entry_bytes;
 		/* our log at @o is the @rank-th in its region */
-		if (ss_fabric_write_imm(
-			    tb->fabric, o, tb->r_local, out_off + base + off,
-			    SS_TABLE_R_LOG,
-			    (size_t)tb->rank * tb->opts.log_entries *
-					    tb->entry_bytes +
-				    off,
-			    (size_t)n * tb->entry_bytes, (uint32_t)n,
-			    SS__WR(SS__WR_LOG, (uint32_t)o, (uint32_t)n)) < 0) {
+		rc = ss_fabric_write_imm(
+			tb->fabric, o, tb->r_local, out_off + base + off,
+			SS_TABLE_R_LOG,
+			(size_t)tb->rank * tb->opts.log_entries *
+					tb->entry_bytes +
+				off,
+			(size_t)n * tb->entry_bytes, (uint32_t)n,
+			SS__WR(SS__WR_LOG, (uint32_t)o, (uint32_t)n));
+		if (rc < 0 && ss_fabric_peer_ok(tb->fabric, o)) {
+			/*
+			 * Not posted to a live owner (over shm, its ring of
+			 * immediates full for the fabric's timeout: a stalled
+			 * process).  Skipped, these places would put its
+			 * count of our log out of step for good; failing it
+			 * would not help either (a stopped process still
+			 * holds the old log's immediates, and applies them to
+			 * what the new log wrote over them).  Posted again
+			 * later, in order, once it has room.
+			 */
+			ss_log_debug("table: peer %d: log WRITE not posted "
+				     "(%s); again later",
+				     o, ss_last_error()->why);
+			return;
+		}
+		if (rc < 0) {
 			/* the owner is gone: these never get there */
 			ss__table_count(&tb->st.dropped, n);
 			/* their places are free again */
@@ -181,10 +201,18 @@ static void ss_post_log(struct ss_table *tb, int o)
 void ss__table_push_done(struct ss_table *tb, const struct ss_completion *c)
 {
 	if (c->status) {
-		/* the WRITE failed: the owner never sees them */
+		struct ss__table_outbound *ob = &tb->out[c->peer];
+
+		/* the WRITE failed: the owner never sees them; their places
+		 * are free again (else ss_peer_epochs, when the owner comes
+		 * back, counted them as dropped a second time) */
 		ss__table_count(&tb->st.dropped, SS__WR_B(c->wr_id));
 		ss__table_count(&tb->st.pushed,
 				(uint64_t)0 - SS__WR_B(c->wr_id));
+		if (ob->tail - ob->head >= SS__WR_B(c->wr_id))
+			__atomic_store_n(&ob->head,
+					 ob->head + SS__WR_B(c->wr_id),
+					 __ATOMIC_RELEASE);
 	}
 }
 
