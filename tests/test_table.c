@@ -393,6 +393,12 @@ Test(table, bad_options_are_refused)
 	cr_assert_null(t);
 	cr_assert(strstr(ss_last_error()->why, "width"), "%s",
 		  ss_last_error()->why);
+	/* a world of none was divided by (SIGFPE) before the fabric said */
+	ss_table_options_init(&o);
+	fo.world = 0;
+	cr_assert_eq(ss_table_open(&t, &o, &fo), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->why, "no such rank"), "%s",
+		  ss_last_error()->why);
 }
 
 Test(table, table_addresses_follow_the_sync_ones)

@@ -133,7 +133,8 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
  */
 void ss_table_close(struct ss_table **table);
 
-/* ss_table_owner() - the rank that owns row @row of table @t. */
+/* ss_table_owner() - the rank that owns row @row of table @t; -1 when
+ * there is no such table or row. */
 int ss_table_owner(const struct ss_table *table, int t, uint32_t row);
 
 /*

@@ -107,6 +107,8 @@ int ss_table_owner(const struct ss_table *tb, int t, uint32_t row)
 	int owner;
 	uint32_t slot;
 
+	if (t < 0 || t >= tb->opts.tables || row >= tb->opts.rows)
+		return -1;
 	ss__table_place(tb, t, row, &owner, &slot);
 	return owner;
 }
@@ -363,6 +365,12 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 				    "ss_fabric_options");
 	if (rc == 0)
 		rc = ss_table_check(opts);
+	/* the shard's size divides by it before the fabric checks it */
+	if (rc == 0 && (fo.world < 1 || fo.rank < 0 || fo.rank >= fo.world))
+		rc = ss_error_set(SS_EUSAGE, "no such rank in the world",
+				  "give 0 <= rank < world, world >= 1",
+				  "table endpoint of rank %d of %d", fo.rank,
+				  fo.world);
 	if (rc)
 		return rc;
 	tb = calloc(1, sizeof(*tb));
