@@ -54,6 +54,38 @@ Test(cmd_doctor, low_memlock_limit_is_a_problem_with_its_fix)
 	cr_assert(strstr(out, "ulimit -l unlimited"), "%s", out);
 }
 
+/* The MiB a run registers, as doctor says it, for @args. */
+static double registers(const char *args)
+{
+	char out[16384];
+	const char *at;
+
+	cmd_run(out, sizeof(out), "%s doctor %s 2>&1", SS_COMMAND, args);
+	at = strstr(out, " registers ");
+	cr_assert_not_null(at, "%s", out);
+	return atof(at + strlen(" registers "));
+}
+
+/*
+ * Sized as train would run: with several ranks the tables are sharded
+ * (each rank registers the MLPs and its shard), so a model too large
+ * for the limit replicated is not a problem sharded.  It sized every run
+ * as replicated (963 MiB a rank for train's defaults on 4 ranks, where
+ * sharded registers about 100).
+ */
+Test(cmd_doctor, sizes_the_tables_as_train_does)
+{
+	double sharded = registers("--ranks 4"),
+	       replicated = registers("--ranks 4 --tables replicated");
+
+	cr_assert_gt(replicated, 5 * sharded, "%g MiB replicated, %g sharded",
+		     replicated, sharded);
+	cr_assert_float_eq(registers("--ranks 4 --tables sharded"), sharded,
+			   0.05);
+	cr_assert_float_eq(registers("--ranks 1"),
+			   registers("--ranks 1 --tables replicated"), 0.05);
+}
+
 Test(cmd_doctor, options)
 {
 	char cmd[256], out[4096];

@@ -196,6 +196,11 @@ static int body_push(struct ss_table *t, int rank, struct job *job)
 		     3 * remote);
 	rank_fail_if(rank, st.dropped, "%llu dropped",
 		     (unsigned long long)st.dropped);
+	rank_fail_if(
+		rank,
+		ss_table_registered_bytes(&t->opts, 2) != st.registered_bytes,
+		"ss_table_registered_bytes %zu, registered %zu",
+		ss_table_registered_bytes(&t->opts, 2), st.registered_bytes);
 	atomic_store(&job->sh->phase, 1);
 	return 0;
 }
@@ -350,6 +355,12 @@ static int body_alone(struct ss_table *t, int rank, struct job *job)
 	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 20), "push");
 	rank_fail_if(rank, check_rows(t, rank, ids, 20, 1), "rows");
 	ss_table_stats(t, &st);
+	/* what doctor sizes a run by is what a table registers */
+	rank_fail_if(
+		rank,
+		ss_table_registered_bytes(&t->opts, 1) != st.registered_bytes,
+		"ss_table_registered_bytes %zu, registered %zu",
+		ss_table_registered_bytes(&t->opts, 1), st.registered_bytes);
 	rank_fail_if(rank,
 		     st.pushed || st.pushed_local != 20 || st.rows_remote ||
 			     st.rows_local != 20,

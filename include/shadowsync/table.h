@@ -155,6 +155,15 @@ float *ss_table_row(struct ss_table *table, int t, uint32_t row);
  */
 size_t ss_table_shard(struct ss_table *table, float **rows, float **acc);
 
+/*
+ * ss_table_registered_bytes() - the memory one rank of a job of @world
+ * registers for tables of @opts (its shard, logs, heads and local
+ * region, in whole pages); 0 for options ss_table_open() would refuse.
+ * Any thread.
+ */
+size_t ss_table_registered_bytes(const struct ss_table_options *opts,
+				 int world);
+
 /* ss_table_rows_per_owner() - ceil(@rows / @world). */
 uint32_t ss_table_rows_per_owner(uint32_t rows, int world);
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/mix.h"
 #include "base/options.h"
@@ -194,6 +195,14 @@ static uint64_t ss_table_layout(const struct ss_table_options *o)
 	h = ss__mix64(h ^ (uint64_t)o->width);
 	h = ss__mix64(h ^ o->log_entries);
 	return ss__mix64(h ^ (uint64_t)o->update);
+}
+
+/* One log entry: its header and the gradient, in 8-byte steps. */
+static size_t ss_table_entry_bytes(const struct ss_table_options *o)
+{
+	return (sizeof(struct ss__table_entry) +
+		(size_t)o->width * sizeof(float) + 7) &
+	       ~(size_t)7;
 }
 
 /* The local region: accumulators, staging, our copies of our logs. */
@@ -382,9 +391,7 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	tb->rows_per_owner = ss_table_rows_per_owner(opts->rows, fo.world);
 	tb->shard_floats =
 		(size_t)opts->tables * tb->rows_per_owner * (size_t)opts->width;
-	tb->entry_bytes = (sizeof(struct ss__table_entry) +
-			   (size_t)opts->width * sizeof(float) + 7) &
-			  ~(size_t)7;
+	tb->entry_bytes = ss_table_entry_bytes(opts);
 	tb->mult = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->add = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->consumed = calloc((size_t)fo.world, sizeof(uint64_t));
@@ -634,6 +641,31 @@ size_t ss_table_shard(struct ss_table *tb, float **rows, float **acc)
 	*rows = tb->rows;
 	*acc = tb->acc;
 	return tb->shard_floats;
+}
+
+size_t ss_table_registered_bytes(const struct ss_table_options *opts, int world)
+{
+	struct ss_table tb = { .world = world };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), total = 0, len[4];
+
+	ss_table_options_init(&tb.opts); /* an older caller's struct */
+	if (world < 1 ||
+	    ss__options_in(&tb.opts, sizeof(tb.opts), opts, sizeof(tb.opts),
+			   "ss_table_options") < 0 ||
+	    ss_table_check(&tb.opts) < 0)
+		return 0;
+	tb.rows_per_owner = ss_table_rows_per_owner(tb.opts.rows, world);
+	tb.shard_floats = (size_t)tb.opts.tables * tb.rows_per_owner *
+			  (size_t)tb.opts.width;
+	tb.entry_bytes = ss_table_entry_bytes(&tb.opts);
+	/* the four regions of ss_table_memory, each in whole pages */
+	len[0] = tb.shard_floats * sizeof(float);
+	len[1] = (size_t)world * tb.opts.log_entries * tb.entry_bytes;
+	len[2] = (size_t)world * sizeof(uint64_t);
+	len[3] = ss_table_local_len(&tb);
+	for (int i = 0; i < 4; i++)
+		total += (len[i] + page - 1) / page * page;
+	return total;
 }
 
 uint32_t ss_table_rows_per_owner(uint32_t rows, int world)

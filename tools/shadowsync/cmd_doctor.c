@@ -18,6 +18,7 @@
 
 #include "command.h"
 #include "shadowsync/shadowsync.h"
+#include "train_cmd.h"
 
 static const char ss_doctor_prog[] = "shadowsync doctor";
 
@@ -34,6 +35,8 @@ static void ss_doctor_usage(FILE *out)
 		"\n"
 		"  --device NAME     check only this device ($SS_DEVICE)\n"
 		"  --ranks N         size the memlock check for N ranks (default 4)\n"
+		"  --tables T        sharded (default with several ranks) or replicated,\n"
+		"                    as train's --tables (sharded: one trainer's tables)\n"
 		"  --emb-dim N --hash-size N --bottom SIZES --top SIZES\n"
 		"                    the model to size it for (defaults: train's)\n"
 		"  -h, --help        this help\n");
@@ -41,7 +44,7 @@ static void ss_doctor_usage(FILE *out)
 
 struct ss_doctor {
 	const char *device;
-	int ranks;
+	int ranks, tables; /* tables: enum ss_tables_kind, -1 by --ranks */
 	struct ss_model_config model;
 	int problems;
 	/*
@@ -127,14 +130,16 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 		{ "hash-size", required_argument, NULL, 's' },
 		{ "bottom", required_argument, NULL, 'b' },
 		{ "top", required_argument, NULL, 't' },
+		{ "tables", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	long v;
-	int opt, rc = 0;
+	int opt, rc = 0, i;
 
 	ss_model_config_init(&d->model);
 	d->ranks = 4;
+	d->tables = -1;
 	d->device = getenv("SS_DEVICE");
 	if (d->device && !*d->device)
 		d->device = NULL;
@@ -163,6 +168,11 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 		case 't':
 			rc = ss_cmd_model_option("--top", optarg, &d->model);
 			break;
+		case 'T':
+			rc = ss_parse_choice("--tables", optarg,
+					     ss_tables_names, &i);
+			d->tables = i;
+			break;
 		case 'h':
 			ss_doctor_usage(stdout);
 			return 1;
@@ -173,7 +183,13 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 			return rc;
 	}
 	rc = ss_cmd_no_more_args(argc, argv);
-	return rc < 0 ? rc : ss_model_check(&d->model);
+	if (rc < 0)
+		return rc;
+	if (d->tables < 0) /* as train: sharded with several ranks */
+		d->tables =
+			d->ranks > 1 ? SS_TABLES_SHARDED : SS_TABLES_REPLICATED;
+	ss_cmd_model_top_spelling(&d->model); /* as train reads --top */
+	return ss_model_check(&d->model);
 }
 
 static int ss_mtu_bytes(enum ibv_mtu mtu)
@@ -368,14 +384,27 @@ static void ss_doctor_devices(struct ss_doctor *d)
 
 static void ss_doctor_memlock(struct ss_doctor *d)
 {
-	size_t n = ss_model_len(&d->model);
-	size_t need = ss_sync_registered_bytes(n, d->ranks);
+	bool sharded = d->tables == SS_TABLES_SHARDED;
+	size_t n = ss_model_len(&d->model),
+	       need = ss_sync_registered_bytes(
+		       sharded ? ss_model_dense_len(&d->model) : n, d->ranks);
 	uint64_t limit;
-	int rc = ss_memlock_check(0, need, "a run", &limit);
+	int rc;
 
+	if (sharded) { /* the MLPs synchronized, and this rank's shard */
+		struct ss_train_options t;
+		struct ss_table_options o;
+
+		ss_train_options_init(&t);
+		t.prefetch = 1; /* train's default */
+		ss_train_table_options(&d->model, &t, &o);
+		need += ss_table_registered_bytes(&o, d->ranks);
+	}
+	rc = ss_memlock_check(0, need, "a run", &limit);
 	printf("locked memory\n");
-	printf("  a run of this model (%zu parameters) on %d ranks registers %.1f MiB; the limit is ",
-	       n, d->ranks, (double)need / (1 << 20));
+	printf("  a run of this model (%zu parameters, tables %s) on %d ranks registers %.1f MiB a rank; the limit is ",
+	       n, ss_tables_names[d->tables], d->ranks,
+	       (double)need / (1 << 20));
 	if (limit == UINT64_MAX)
 		printf("unlimited\n");
 	else

@@ -108,6 +108,15 @@ int ss_train_resolve_tables(struct ss_train_cmd *c);
 int ss_train_peers(struct ss_train_cmd *c);
 
 /*
+ * ss_train_table_options() - the sharded tables' options for model @m
+ * trained with @t (the seed left at its default): train's, and what
+ * doctor sizes.
+ */
+void ss_train_table_options(const struct ss_model_config *m,
+			    const struct ss_train_options *t,
+			    struct ss_table_options *o);
+
+/*
  * ss_train_connect_failed() - @rc of opening a fabric; for a --rejoin
  * rank whose peers did not all answer, the hint says why that may be.
  */

@@ -10,6 +10,26 @@
 
 #include "train_cmd.h"
 
+void ss_train_table_options(const struct ss_model_config *m,
+			    const struct ss_train_options *t,
+			    struct ss_table_options *o)
+{
+	ss_table_options_init(o);
+	o->tables = SS_SPARSE;
+	o->rows = m->hash_size;
+	o->width = m->emb_dim;
+	o->update = t->optimizer == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD :
+						     SS_TABLE_SGD;
+	o->lr = t->lr;
+	o->eps = t->adagrad_eps;
+	o->clients = t->threads;
+	o->max_rows = t->batch * SS_SPARSE;
+	/* evaluation looks up 256 examples at a time */
+	if (o->max_rows < 256 * SS_SPARSE)
+		o->max_rows = 256 * SS_SPARSE;
+	o->depth = 1 + t->prefetch;
+}
+
 int ss_train_open_table(struct ss_train_cmd *c)
 {
 	struct ss_table_options o;
@@ -23,21 +43,8 @@ int ss_train_open_table(struct ss_train_cmd *c)
 		free(addrs);
 		return ss_error_set(-ENOMEM, NULL, NULL, "table addresses");
 	}
-	ss_table_options_init(&o);
-	o.tables = SS_SPARSE;
-	o.rows = c->model.hash_size;
-	o.width = c->model.emb_dim;
-	o.update = c->train.optimizer == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD :
-							  SS_TABLE_SGD;
-	o.lr = c->train.lr;
-	o.eps = c->train.adagrad_eps;
+	ss_train_table_options(&c->model, &c->train, &o);
 	o.seed = (uint64_t)c->seed;
-	o.clients = c->train.threads;
-	o.max_rows = c->train.batch * SS_SPARSE;
-	/* evaluation looks up 256 examples at a time */
-	if (o.max_rows < 256 * SS_SPARSE)
-		o.max_rows = 256 * SS_SPARSE;
-	o.depth = 1 + c->train.prefetch;
 	/* near the NIC: the shard where the replica is, the applier with
 	 * the shadow thread */
 	o.topo = c->train.topo;
