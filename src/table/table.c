@@ -205,23 +205,42 @@ static size_t ss_table_entry_bytes(const struct ss_table_options *o)
 	       ~(size_t)7;
 }
 
-/* The local region: accumulators, staging, our copies of our logs. */
-static size_t ss_table_local_len(const struct ss_table *tb)
+/* @n bytes, rounded up to 8: what follows holds 64-bit words. */
+static size_t ss_round8(size_t n)
+{
+	return (n + 7) & ~(size_t)7;
+}
+
+/* The local region's parts, in bytes: accumulators, staging, our copies
+ * of our logs (entries of 8-byte steps), the heads we READ. */
+static void ss_table_local_parts(const struct ss_table *tb, size_t *acc,
+				 size_t *stage, size_t *out, size_t *heads)
 {
 	const struct ss_table_options *o = &tb->opts;
-	size_t acc = o->update == SS_TABLE_ADAGRAD ? tb->shard_floats : 0,
-	       stage = (size_t)o->clients * (size_t)o->depth *
-		       (size_t)o->max_rows * (size_t)o->width,
-	       out = (size_t)tb->world * o->log_entries * tb->entry_bytes;
 
-	return (acc + stage) * sizeof(float) + out +
-	       (size_t)tb->world * sizeof(uint64_t);
+	*acc = ss_round8(o->update == SS_TABLE_ADAGRAD ?
+				 tb->shard_floats * sizeof(float) :
+				 0);
+	*stage = ss_round8((size_t)o->clients * (size_t)o->depth *
+			   (size_t)o->max_rows * (size_t)o->width *
+			   sizeof(float));
+	*out = (size_t)tb->world * o->log_entries * tb->entry_bytes;
+	*heads = (size_t)tb->world * sizeof(uint64_t);
+}
+
+static size_t ss_table_local_len(const struct ss_table *tb)
+{
+	size_t acc, stage, out, heads;
+
+	ss_table_local_parts(tb, &acc, &stage, &out, &heads);
+	return acc + stage + out + heads;
 }
 
 static int ss_table_memory(struct ss_table *tb)
 {
 	const struct ss_table_options *o = &tb->opts;
-	size_t logs = (size_t)tb->world * o->log_entries * tb->entry_bytes;
+	size_t logs = (size_t)tb->world * o->log_entries * tb->entry_bytes, acc,
+	       stage, out, heads;
 	uint8_t *local;
 	int rc;
 
@@ -243,16 +262,12 @@ static int ss_table_memory(struct ss_table *tb)
 	tb->log_in = ss_region_ptr(tb->r_log);
 	tb->head_out = ss_region_ptr(tb->r_head);
 	local = ss_region_ptr(tb->r_local);
-	if (o->update == SS_TABLE_ADAGRAD) {
+	ss_table_local_parts(tb, &acc, &stage, &out, &heads);
+	if (o->update == SS_TABLE_ADAGRAD)
 		tb->acc = (float *)local;
-		local += tb->shard_floats * sizeof(float);
-	}
-	tb->stage = (float *)local;
-	local += (size_t)o->clients * (size_t)o->depth * (size_t)o->max_rows *
-		 (size_t)o->width * sizeof(float);
-	tb->log_out = local;
-	local += logs;
-	tb->heads_in = (uint64_t *)local;
+	tb->stage = (float *)(local + acc);
+	tb->log_out = local + acc + stage;
+	tb->heads_in = (uint64_t *)(void *)(local + acc + stage + out);
 	return 0;
 }
 
