@@ -35,6 +35,10 @@ static void ss_peer_epochs(struct ss_table *tb, uint32_t *epoch)
 		uint32_t e = ss_fabric_peer_epoch(tb->fabric, p);
 		struct ss__table_outbound *ob = &tb->out[p];
 
+		/* for the flushing and barrier threads (peer_live) */
+		atomic_store_explicit(&tb->peer_live[p],
+				      ss_fabric_peer_ok(tb->fabric, p),
+				      memory_order_relaxed);
 		if (p == tb->rank || e == epoch[p])
 			continue;
 		tb->hello_due[p] = true;

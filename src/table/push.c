@@ -281,7 +281,7 @@ bool ss__table_pushes_settled(struct ss_table *tb)
 		    (__atomic_load_n(&tb->out[o].head, __ATOMIC_ACQUIRE) <
 			     __atomic_load_n(&tb->out[o].tail,
 					     __ATOMIC_ACQUIRE) &&
-		     ss_fabric_peer_ok(tb->fabric, o)))
+		     atomic_load(&tb->peer_live[o])))
 			return false;
 	return true;
 }

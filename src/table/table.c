@@ -417,9 +417,10 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	tb->answered_ns = calloc((size_t)fo.world, sizeof(*tb->answered_ns));
 	tb->hello_due = calloc((size_t)fo.world, sizeof(*tb->hello_due));
 	tb->hello_seen = calloc((size_t)fo.world, sizeof(*tb->hello_seen));
+	tb->peer_live = calloc((size_t)fo.world, sizeof(*tb->peer_live));
 	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out ||
 	    !tb->barrier_seen || !tb->flight || !tb->answered_ns ||
-	    !tb->hello_due || !tb->hello_seen) {
+	    !tb->hello_due || !tb->hello_seen || !tb->peer_live) {
 		rc = -ENOMEM;
 		goto fail;
 	}
@@ -444,6 +445,9 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 		ss_error_prefix("table endpoint of rank %d", tb->rank);
 		goto fail;
 	}
+	for (int p = 0; p < tb->world; p++) /* the proxy's from now on */
+		atomic_store(&tb->peer_live[p],
+			     ss_fabric_peer_ok(tb->fabric, p));
 	depth = ss_fabric_send_depth(tb->fabric);
 	tb->max_flight = depth && depth * 3 / 4 < SS__TABLE_MAX_FLIGHT ?
 				 (int)(depth * 3 / 4) :
@@ -512,6 +516,7 @@ void ss_table_close(struct ss_table **table)
 	free(tb->barrier_seen);
 	free(tb->hello_due);
 	free(tb->hello_seen);
+	free(tb->peer_live);
 	free(tb->flight);
 	free(tb->answered_ns);
 	free(tb);
@@ -553,7 +558,7 @@ static uint32_t ss_barrier_number(struct ss_table *tb)
 	for (int p = 0; p < tb->world; p++) {
 		uint32_t seen = atomic_load(&tb->barrier_seen[p]);
 
-		if (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		if (p != tb->rank && atomic_load(&tb->peer_live[p]) &&
 		    seen > want)
 			want = seen;
 	}
@@ -569,7 +574,7 @@ static int ss_wait_peers(struct ss_table *tb, uint64_t deadline, uint32_t want)
 	uint64_t start = ss_now_ns(), next_note = start + 30000000000ull;
 
 	for (int p = 0; p < tb->world; p++)
-		while (p != tb->rank && ss_fabric_peer_ok(tb->fabric, p) &&
+		while (p != tb->rank && atomic_load(&tb->peer_live[p]) &&
 		       (want ? atomic_load(&tb->barrier_seen[p]) < want :
 			       !atomic_load(&tb->hello_seen[p]))) {
 			uint64_t now = ss_now_ns();

@@ -155,6 +155,10 @@ struct ss_table {
 	 */
 	bool *hello_due;
 	_Atomic bool *hello_seen;
+	/* each peer's ss_fabric_peer_ok(), as the proxy last saw it: for
+	 * the threads that flush and wait in barriers, which may not call
+	 * into the endpoint the proxy drives */
+	_Atomic bool *peer_live;
 	struct ss__table_stats st;
 };
 
