@@ -81,6 +81,25 @@ size_t ss__page_round(size_t len)
 	return (len ? len + page - 1 : page) / page * page;
 }
 
+int ss__addr_host(const char *addr, char *host, size_t size)
+{
+	const char *colon = strrchr(addr, ':');
+	size_t len;
+
+	if (!colon)
+		return -EINVAL;
+	len = (size_t)(colon - addr);
+	if (addr[0] == '[' && len >= 2 && addr[len - 1] == ']') {
+		addr++;
+		len -= 2;
+	}
+	if (len >= size)
+		return -ENAMETOOLONG;
+	memcpy(host, addr, len);
+	host[len] = '\0';
+	return 0;
+}
+
 /* "host:port" or "[v6]:port", with a host and a decimal port 1-65535. */
 static int ss_check_addr(int rank, const char *addr)
 {

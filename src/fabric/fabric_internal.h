@@ -158,6 +158,12 @@ bool ss__shm_ctl_owner(const char *name, int32_t *pid, uint64_t *job_key,
 size_t ss__page_round(size_t len);
 
 /*
+ * ss__addr_host() - the host of "host:port" or "[v6]:port" (brackets
+ * taken off) into @host: 0, -EINVAL without a ':' or -ENAMETOOLONG.
+ */
+int ss__addr_host(const char *addr, char *host, size_t size);
+
+/*
  * The handshake: a fixed-layout, big-endian message that fits in the 56
  * bytes of private data that an InfiniBand CM connect request carries.
  * Region descriptors do not fit there, so the hello carries the address

@@ -210,23 +210,17 @@ static bool ss_shm_alive(const struct ss_shm_ctl *ctl);
  */
 static bool ss_shm_addr_elsewhere(const char *addr, const struct ifaddrs *ifs)
 {
-	const char *colon = strrchr(addr, ':');
-	char host[INET6_ADDRSTRLEN + 2];
+	char host[INET6_ADDRSTRLEN];
 	unsigned char ip[16];
-	size_t len = colon ? (size_t)(colon - addr) : strlen(addr);
 	int family = AF_INET;
 
-	if (len >= 2 && addr[0] == '[' && addr[len - 1] == ']') {
-		addr++;
-		len -= 2;
+	if (ss__addr_host(addr, host, sizeof(host)) < 0)
+		return false; /* no IP literal */
+	if (inet_pton(AF_INET, host, ip) != 1) {
 		family = AF_INET6;
+		if (inet_pton(AF_INET6, host, ip) != 1)
+			return false; /* a name */
 	}
-	if (len >= sizeof(host))
-		return false;
-	memcpy(host, addr, len);
-	host[len] = '\0';
-	if (inet_pton(family, host, ip) != 1)
-		return false; /* a name */
 	if (family == AF_INET ? ip[0] == 127 :
 				!memcmp(ip, &in6addr_loopback, 16))
 		return false;

@@ -65,28 +65,17 @@ bool ss__verbs_available(void)
 int ss__verbs_resolve(const char *text, struct sockaddr_storage *out)
 {
 	char host[128];
-	const char *colon = strrchr(text, ':'), *port;
 	struct addrinfo hints = { .ai_family = AF_UNSPEC,
 				  .ai_flags = AI_NUMERICSERV },
 			*res;
-	size_t len;
-	int rc;
+	int rc = ss__addr_host(text, host, sizeof(host));
 
-	if (!colon)
-		return ss_error_set(SS_EUSAGE, "not host:port", NULL,
-				    "address '%s'", text);
-	port = colon + 1;
-	len = (size_t)(colon - text);
-	if (text[0] == '[' && len >= 2 && text[len - 1] == ']') {
-		text++;
-		len -= 2;
-	}
-	if (len >= sizeof(host))
-		return ss_error_set(SS_EUSAGE, "host name too long", NULL,
-				    "address '%s'", text);
-	memcpy(host, text, len);
-	host[len] = '\0';
-	rc = getaddrinfo(host, port, &hints, &res);
+	if (rc < 0)
+		return ss_error_set(SS_EUSAGE,
+				    rc == -EINVAL ? "not host:port" :
+						    "host name too long",
+				    NULL, "address '%s'", text);
+	rc = getaddrinfo(host, strrchr(text, ':') + 1, &hints, &res);
 	if (rc != 0)
 		return ss_error_set(
 			SS_EUSAGE, gai_strerror(rc),

@@ -220,15 +220,10 @@ static void ss_fail_silent(struct ss_table *tb)
 			 "is down or unreachable",
 			 tb->flight[p],
 			 (double)(now - tb->answered_ns[p]) / 1e9);
-		ss__table_fail_peer(tb, p, why);
+		ss_log_warn("table: peer %d: %s", p, why);
+		ss_fabric_fail_peer(tb->fabric, p, why);
+		tb->answered_ns[p] = now; /* once: its completions follow */
 	}
-}
-
-void ss__table_fail_peer(struct ss_table *tb, int p, const char *why)
-{
-	ss_log_warn("table: peer %d: %s", p, why);
-	ss_fabric_fail_peer(tb->fabric, p, why);
-	tb->answered_ns[p] = ss_now_ns(); /* once: its completions follow */
 }
 
 void *ss__table_proxy(void *arg)

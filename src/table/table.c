@@ -205,6 +205,17 @@ static size_t ss_table_entry_bytes(const struct ss_table_options *o)
 	       ~(size_t)7;
 }
 
+/* The shard's and the log entries' sizes, from the options and world. */
+static void ss_table_sizes(struct ss_table *tb)
+{
+	const struct ss_table_options *o = &tb->opts;
+
+	tb->rows_per_owner = ss_table_rows_per_owner(o->rows, tb->world);
+	tb->shard_floats =
+		(size_t)o->tables * tb->rows_per_owner * (size_t)o->width;
+	tb->entry_bytes = ss_table_entry_bytes(o);
+}
+
 /* @n bytes, rounded up to 8: what follows holds 64-bit words. */
 static size_t ss_round8(size_t n)
 {
@@ -228,33 +239,39 @@ static void ss_table_local_parts(const struct ss_table *tb, size_t *acc,
 	*heads = (size_t)tb->world * sizeof(uint64_t);
 }
 
-static size_t ss_table_local_len(const struct ss_table *tb)
+/* The four regions' lengths: rows, logs in, heads out, local. */
+enum { SS_TR_ROWS, SS_TR_LOG, SS_TR_HEAD, SS_TR_LOCAL, SS_TR_COUNT };
+
+static void ss_table_region_lens(const struct ss_table *tb,
+				 size_t len[SS_TR_COUNT])
 {
 	size_t acc, stage, out, heads;
 
 	ss_table_local_parts(tb, &acc, &stage, &out, &heads);
-	return acc + stage + out + heads;
+	len[SS_TR_ROWS] = tb->shard_floats * sizeof(float);
+	len[SS_TR_LOG] = out; /* our logs at the peers are as long */
+	len[SS_TR_HEAD] = heads;
+	len[SS_TR_LOCAL] = acc + stage + out + heads;
 }
 
 static int ss_table_memory(struct ss_table *tb)
 {
 	const struct ss_table_options *o = &tb->opts;
-	size_t logs = (size_t)tb->world * o->log_entries * tb->entry_bytes, acc,
-	       stage, out, heads;
+	size_t len[SS_TR_COUNT], acc, stage, out, heads;
 	uint8_t *local;
 	int rc;
 
-	rc = ss_fabric_alloc(tb->fabric, tb->shard_floats * sizeof(float),
-			     SS_ACCESS_REMOTE_READ, &tb->r_rows);
+	ss_table_region_lens(tb, len);
+	rc = ss_fabric_alloc(tb->fabric, len[SS_TR_ROWS], SS_ACCESS_REMOTE_READ,
+			     &tb->r_rows);
 	if (!rc)
-		rc = ss_fabric_alloc(tb->fabric, logs, SS_ACCESS_REMOTE_WRITE,
-				     &tb->r_log);
+		rc = ss_fabric_alloc(tb->fabric, len[SS_TR_LOG],
+				     SS_ACCESS_REMOTE_WRITE, &tb->r_log);
 	if (!rc)
-		rc = ss_fabric_alloc(tb->fabric,
-				     (size_t)tb->world * sizeof(uint64_t),
+		rc = ss_fabric_alloc(tb->fabric, len[SS_TR_HEAD],
 				     SS_ACCESS_REMOTE_READ, &tb->r_head);
 	if (!rc)
-		rc = ss_fabric_alloc(tb->fabric, ss_table_local_len(tb),
+		rc = ss_fabric_alloc(tb->fabric, len[SS_TR_LOCAL],
 				     SS_ACCESS_LOCAL, &tb->r_local);
 	if (rc)
 		return ss_error_prefix("table shard of rank %d", tb->rank);
@@ -403,10 +420,7 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	tb->opts = *opts;
 	tb->rank = fo.rank;
 	tb->world = fo.world;
-	tb->rows_per_owner = ss_table_rows_per_owner(opts->rows, fo.world);
-	tb->shard_floats =
-		(size_t)opts->tables * tb->rows_per_owner * (size_t)opts->width;
-	tb->entry_bytes = ss_table_entry_bytes(opts);
+	ss_table_sizes(tb);
 	tb->mult = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->add = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->consumed = calloc((size_t)fo.world, sizeof(uint64_t));
@@ -666,7 +680,8 @@ size_t ss_table_shard(struct ss_table *tb, float **rows, float **acc)
 size_t ss_table_registered_bytes(const struct ss_table_options *opts, int world)
 {
 	struct ss_table tb = { .world = world };
-	size_t page = (size_t)sysconf(_SC_PAGESIZE), total = 0, len[4];
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), total = 0,
+	       len[SS_TR_COUNT];
 
 	ss_table_options_init(&tb.opts); /* an older caller's struct */
 	if (world < 1 ||
@@ -674,16 +689,10 @@ size_t ss_table_registered_bytes(const struct ss_table_options *opts, int world)
 			   "ss_table_options") < 0 ||
 	    ss_table_check(&tb.opts) < 0)
 		return 0;
-	tb.rows_per_owner = ss_table_rows_per_owner(tb.opts.rows, world);
-	tb.shard_floats = (size_t)tb.opts.tables * tb.rows_per_owner *
-			  (size_t)tb.opts.width;
-	tb.entry_bytes = ss_table_entry_bytes(&tb.opts);
+	ss_table_sizes(&tb);
 	/* the four regions of ss_table_memory, each in whole pages */
-	len[0] = tb.shard_floats * sizeof(float);
-	len[1] = (size_t)world * tb.opts.log_entries * tb.entry_bytes;
-	len[2] = (size_t)world * sizeof(uint64_t);
-	len[3] = ss_table_local_len(&tb);
-	for (int i = 0; i < 4; i++)
+	ss_table_region_lens(&tb, len);
+	for (int i = 0; i < SS_TR_COUNT; i++)
 		total += (len[i] + page - 1) / page * page;
 	return total;
 }

@@ -250,10 +250,4 @@ void ss__table_log_arrived(struct ss_table *tb, const struct ss_completion *c);
 /* Whether everything pushed so far has been applied or dropped. */
 bool ss__table_pushes_settled(struct ss_table *tb);
 
-/*
- * ss__table_fail_peer() - mark peer @p failed (logged with @why): it comes
- * back with a new epoch, and both logs between us start again.  Proxy.
- */
-void ss__table_fail_peer(struct ss_table *tb, int p, const char *why);
-
 #endif /* SS_TABLE_INTERNAL_H */

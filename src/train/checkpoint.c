@@ -499,14 +499,13 @@ int ss_checkpoint_load_parts(const char *path,
 		close(fd);
 		return ss_error_set(-ENOMEM, NULL, NULL, "loading '%s'", path);
 	}
-	rc = fstat(fd, &st) < 0 ?
-		     ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path) :
-	     !S_ISREG(st.st_mode) ?
-		     ss_error_set(SS_EUSAGE, "not a regular file",
-				  "give a checkpoint file that "
-				  "--save wrote",
-				  "checkpoint '%s'", path) :
-		     0;
+	rc = 0;
+	if (fstat(fd, &st) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
+	else if (!S_ISREG(st.st_mode))
+		rc = ss_error_set(SS_EUSAGE, "not a regular file",
+				  "give a checkpoint file that --save wrote",
+				  "checkpoint '%s'", path);
 	size = rc == 0 ? lseek(fd, 0, SEEK_END) : 0;
 	if (rc == 0 && size < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);

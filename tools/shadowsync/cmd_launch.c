@@ -137,9 +137,20 @@ static bool ss_launch_names(const char *arg, const char *full)
 /* Options train must not get from the user: launch sets them per rank. */
 static int ss_launch_check_train_args(int argc, char **argv)
 {
-	static const char *const owned[] = { "--rank",	   "--peers",
-					     "--hostfile", "--transport",
-					     "--port",	   NULL };
+#define SS_GIVE_IT_TO_LAUNCH "give it to launch, before --"
+#define SS_LAUNCH_NUMBERS "leave it out; launch numbers the ranks"
+	static const struct {
+		const char *name, *hint;
+	} owned[] = {
+		{ "--rank", SS_LAUNCH_NUMBERS },
+		{ "--peers", SS_LAUNCH_NUMBERS },
+		{ "--hostfile", SS_LAUNCH_NUMBERS },
+		{ "--transport", SS_GIVE_IT_TO_LAUNCH },
+		{ "--port", SS_GIVE_IT_TO_LAUNCH },
+		{ NULL, NULL },
+	};
+#undef SS_GIVE_IT_TO_LAUNCH
+#undef SS_LAUNCH_NUMBERS
 
 	if (argc < 1 || strcmp(argv[0], "train"))
 		return ss_error_set(
@@ -147,16 +158,13 @@ static int ss_launch_check_train_args(int argc, char **argv)
 			"shadowsync launch -n N -- train --data FILE ...",
 			"'%s' after --", argc ? argv[0] : "(nothing)");
 	for (int i = 1; i < argc; i++)
-		for (int k = 0; owned[k]; k++)
-			if (ss_launch_names(argv[i], owned[k]))
+		for (int k = 0; owned[k].name; k++)
+			if (ss_launch_names(argv[i], owned[k].name))
 				return ss_error_set(
 					SS_EUSAGE,
 					"launch sets it for each rank",
-					owned[k][2] == 't' ||
-							owned[k][3] == 'o' ?
-						"give it to launch, before --" :
-						"leave it out; launch numbers the ranks",
-					"train option %s (%.*s)", owned[k],
+					owned[k].hint, "train option %s (%.*s)",
+					owned[k].name,
 					(int)strcspn(argv[i], "="), argv[i]);
 	return 0;
 }

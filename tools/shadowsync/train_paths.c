@@ -14,23 +14,29 @@
 
 #include "train_cmd.h"
 
+/* @path can be opened for reading; what it is in @st. */
+static int ss_check_readable(const char *option, const char *path,
+			     const char *hint, struct stat *st)
+{
+	/* O_NONBLOCK: a FIFO without a writer must not hold us here */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK), rc = 0;
+
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, hint, "%s '%s'", option,
+				    path);
+	if (fstat(fd, st) < 0)
+		rc = ss_error_set(-errno, NULL, hint, "%s '%s'", option, path);
+	close(fd);
+	return rc;
+}
+
 /* @path is a regular file we can open for reading; its size in @st. */
 static int ss_check_input(const char *option, const char *path, struct stat *st)
 {
-	/* O_NONBLOCK: a FIFO without a writer must not hold us here */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	int rc = ss_check_readable(option, path, "check the path", st);
 
-	if (fd < 0)
-		return ss_error_set(-errno, NULL, "check the path", "%s '%s'",
-				    option, path);
-	if (fstat(fd, st) < 0) {
-		int err = -errno;
-
-		close(fd);
-		return ss_error_set(err, NULL, "check the path", "%s '%s'",
-				    option, path);
-	}
-	close(fd);
+	if (rc < 0)
+		return rc;
 	if (S_ISDIR(st->st_mode))
 		return ss_error_set(SS_EUSAGE, "it is a folder",
 				    "give a file in the Criteo format",
@@ -79,21 +85,14 @@ static int ss_check_output(const char *option, const char *path)
  * ever), that we may open. */
 static int ss_check_checkpoint(const char *option, const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	struct stat st;
-	int rc = 0;
+	int rc = ss_check_readable(option, path, "check the checkpoint's path",
+				   &st);
 
-	if (fd < 0)
-		return ss_error_set(-errno, NULL, "check the checkpoint's path",
-				    "%s '%s'", option, path);
-	if (fstat(fd, &st) < 0)
-		rc = ss_error_set(-errno, NULL, "check the checkpoint's path",
-				  "%s '%s'", option, path);
-	else if (!S_ISREG(st.st_mode))
+	if (rc == 0 && !S_ISREG(st.st_mode))
 		rc = ss_error_set(SS_EUSAGE, "not a regular file",
 				  "give a checkpoint file that --save wrote",
 				  "%s '%s'", option, path);
-	close(fd);
 	return rc;
 }
 
@@ -110,7 +109,7 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 {
 	char buf[4096];
 	struct stat test;
-	const char *path;
+	const char *path, *why = NULL;
 	int rc = ss_check_input("--data", c->train.data, data);
 
 	if (rc == 0 && c->test)
@@ -125,16 +124,16 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 			rc = ss_check_output("--save", path);
 		/* the save would replace the data it trained on, or the
 		 * held-out file it then evaluates */
-		if (rc == 0 && path &&
-		    (ss_same_file(path, data) ||
-		     (c->test && ss_same_file(path, &test))))
-			rc = ss_error_set(
-				SS_EUSAGE,
-				ss_same_file(path, data) ?
-					"it is the --data file" :
-					"it is the --test file",
-				"give the checkpoint a name of its own",
-				"--save '%s'", path);
+		if (rc == 0 && path && ss_same_file(path, data))
+			why = "it is the --data file";
+		else if (rc == 0 && path && c->test &&
+			 ss_same_file(path, &test))
+			why = "it is the --test file";
+		if (why)
+			rc = ss_error_set(SS_EUSAGE, why,
+					  "give the checkpoint a name of its "
+					  "own",
+					  "--save '%s'", path);
 	}
 	return rc;
 }
