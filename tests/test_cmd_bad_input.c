@@ -293,6 +293,10 @@ Test(cmd_bad_input, the_same_address_twice)
 	refused(2, "ranks 0 and 2 at 'a:7001': two ranks have the same", true,
 		"train " MODEL " --data train.txt --peers a:7001,b:7001,a:7001 "
 		"--rank 1 --transport shm");
+	/* --peers hosts without ports take --port, as a host file's do */
+	refused(2, "ranks 0 and 2 at 'a:7006': two ranks have the same", true,
+		"train " MODEL " --data train.txt --peers a,b:7001,a "
+		"--port 7006 --rank 1 --transport shm");
 	/* a host file that names a host twice without ports */
 	write_file("hosts", "a\nb\na\n", 6);
 	refused(2, "ranks 0 and 2 at 'a:7005': two ranks have the same", true,

@@ -36,6 +36,21 @@ static int ss_slurm_addrs(struct ss_train_cmd *c, const char *nodelist,
 				     ss_error_set(-ENOMEM, NULL, NULL, "peers");
 }
 
+/* "@host:--port", kept in c->owned until the command ends. */
+static int ss_train_own_addr(struct ss_train_cmd *c, const char *host)
+{
+	char **grown =
+		realloc(c->owned, (size_t)(c->n_owned + 1) * sizeof(char *));
+
+	if (!grown)
+		return ss_error_set(-ENOMEM, NULL, NULL, "peers");
+	c->owned = grown;
+	if (asprintf(&c->owned[c->n_owned], "%s:%ld", host, c->port) < 0)
+		return ss_error_set(-ENOMEM, NULL, NULL, "peers");
+	c->n_owned++;
+	return 0;
+}
+
 /*
  * The peers: --peers, else --hostfile, else Slurm's node list; the rank:
  * --rank, else the launcher's environment.  Without any: a world of one.
@@ -68,6 +83,13 @@ int ss_train_peers(struct ss_train_cmd *c)
 						    NULL,
 						    "--peers: more than %d",
 						    SS_FABRIC_MAX_PEERS);
+			/* a host without a port takes --port, as in a host file */
+			if (!strchr(tok, ':')) {
+				rc = ss_train_own_addr(c, tok);
+				if (rc < 0)
+					return rc;
+				tok = c->owned[c->n_owned - 1];
+			}
 			c->addrs[n++] = tok;
 		}
 	} else {
