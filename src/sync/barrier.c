@@ -225,7 +225,7 @@ static const uint64_t *ss_wait_view(struct ss_sync *s, int p, bool decided,
 
 	while (ss_fabric_peer_ok(s->fabric, p) &&
 	       !ss_deadline_passed(deadline)) {
-		const struct ss__state *view = ss__read_view(s, p);
+		const struct ss__state *view = ss__read_view(s, p, deadline);
 
 		if (view && (decided ? view->decided_tag[slot] :
 				       view->came_tag[slot]) == tag)

@@ -26,7 +26,8 @@ void ss__state_from_replica(struct ss_sync *s)
 }
 
 /* @p's view, READ into SNAP, then copied: NULL when the READ failed. */
-const struct ss__state *ss__read_view(struct ss_sync *s, int p)
+const struct ss__state *ss__read_view(struct ss_sync *s, int p,
+				      uint64_t deadline)
 {
 	size_t off = ss__view_off(s->n), len = ss__state_bytes(s->world);
 	struct ss__state *st = (struct ss__state *)((char *)s->snap + off);
@@ -35,7 +36,7 @@ const struct ss__state *ss__read_view(struct ss_sync *s, int p)
 	s->reads_ok[p] = false;
 	if (ss__post_read(s, p, SS_R_SNAP, off, SS_R_STATE, 0, len))
 		return NULL;
-	ss__wait_sends(s, ss__deadline(s));
+	ss__wait_sends(s, deadline);
 	memcpy(s->view, st, len);
 	return s->reads_ok[p] ? s->view : NULL;
 }
@@ -52,7 +53,7 @@ static int ss_sync_find_running(struct ss_sync *s)
 
 		if (p == s->rank || !ss_fabric_peer_ok(s->fabric, p))
 			continue;
-		view = ss__read_view(s, p);
+		view = ss__read_view(s, p, ss__deadline(s));
 		if (view && be32toh(view->began) == SS_STATE_BEGAN)
 			return p;
 	}
@@ -144,7 +145,7 @@ int ss__cut_off_through(struct ss_sync *s)
 			continue; /* read on this connection, or a member's */
 		/* what rounds left in flight may still read SNAP */
 		if (ss__drain(s, ss__deadline(s)) < 0 ||
-		    !(view = ss__read_view(s, p)))
+		    !(view = ss__read_view(s, p, ss__deadline(s))))
 			continue;
 		s->view_read_epoch[p] = epoch;
 		if (be32toh(view->began) == SS_STATE_BEGAN &&
@@ -193,7 +194,7 @@ int ss__rejoin(struct ss_sync *s, int h)
 		    !ss_fabric_peer_ok(s->fabric, h))
 			goto err;
 		ss__pump(s, 1);
-		view = ss__read_view(s, h);
+		view = ss__read_view(s, h, deadline);
 		if (!view || !(be32toh(view->in_barrier) & SS_STATE_IN_BARRIER))
 			continue;
 		k = be32toh(view->in_barrier) & ~SS_STATE_IN_BARRIER;

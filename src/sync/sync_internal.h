@@ -434,11 +434,13 @@ static inline size_t ss__view_off(size_t n)
 }
 
 /*
- * ss__read_view() - READ @p's state (struct ss__state) and wait for it:
- * a copy, valid until the next call, or NULL when it did not come.  With
- * fabric_lock held, no send in flight reading SNAP's view area.
+ * ss__read_view() - READ @p's state (struct ss__state) and wait for it,
+ * until @deadline: a copy, valid until the next call, or NULL when it did
+ * not come.  With fabric_lock held, no send in flight reading SNAP's view
+ * area.
  */
-const struct ss__state *ss__read_view(struct ss_sync *s, int p);
+const struct ss__state *ss__read_view(struct ss_sync *s, int p,
+				      uint64_t deadline);
 
 /*
  * ss__cut_off_through() - after a partition healed: a peer back on a new
