@@ -225,7 +225,9 @@ struct ss_table_stats {
 	uint64_t lookups; /* ss_table_wait() calls */
 	uint64_t rows_local, rows_remote; /* rows looked up, by where */
 	uint64_t rows_fetched; /* READs: a row used twice in a lookup, once */
-	uint64_t rows_stale; /* owner failed or READ late */
+	/* rows whose owner failed; a wait that timed out adds 1 (which of
+	 * its rows were late is not known when it gives up) */
+	uint64_t rows_stale;
 	uint64_t rows_cached; /* of those, served as last fetched */
 	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */
 	uint64_t pushed_local, pushed; /* gradients applied here, sent */
