@@ -37,6 +37,7 @@ struct job {
 	uint64_t key;
 	int port_base;
 	bool bind_numa; /* replica bound to this machine's plan's NUMA node */
+	unsigned settle_ms; /* a pause after a barrier, where a body has one */
 };
 
 #define fail_if(cond, ...) rank_fail_if(rank, cond, __VA_ARGS__)
@@ -617,18 +618,13 @@ static int body_bmuf(struct ss_sync *s, int rank, struct job *job)
 
 /*
  * Every round's block progress G is the mean of the ranks' moves from the
- * target they started from; the replicas end on the last target, w_g
- * (Nesterov: w_g + eta D).
+ * target they started from; the replicas of ranks 0, 1 and 2 end on the
+ * last target, w_g (Nesterov: w_g + eta D).
  */
-static void bmuf_recurrence(bool nesterov)
+static void bmuf_expect(struct job *job, double eta, bool nesterov)
 {
-	struct job job = { .world = 3, .body = body_bmuf, .init = init_same };
-	const double eta = 1.0 - 1.0 / 3, zeta = 1.0; /* given: no trainers */
+	const double zeta = 1.0;
 
-	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
-	job.opts.nesterov = nesterov;
-	job.opts.eta = eta;
-	run(&job);
 	for (int i = 0; i < NPARAMS; i++) {
 		double w_g = 0.001 * i, d = 0, target;
 
@@ -642,10 +638,22 @@ static void bmuf_recurrence(bool nesterov)
 		}
 		target = nesterov ? w_g + eta * d : w_g;
 		for (int r = 0; r < 3; r++)
-			cr_assert_float_eq(job.out[r][i], target, 1e-4,
+			cr_assert_float_eq(job->out[r][i], target, 1e-4,
 					   "rank %d element %d: %f, want %f", r,
-					   i, job.out[r][i], target);
+					   i, job->out[r][i], target);
 	}
+}
+
+static void bmuf_recurrence(bool nesterov)
+{
+	struct job job = { .world = 3, .body = body_bmuf, .init = init_same };
+	const double eta = 1.0 - 1.0 / 3; /* given: no trainers */
+
+	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
+	job.opts.nesterov = nesterov;
+	job.opts.eta = eta;
+	run(&job);
+	bmuf_expect(&job, eta, nesterov);
 }
 
 Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
@@ -656,6 +664,40 @@ Test(sync, bmuf_follows_its_recurrence, .timeout = 180)
 Test(sync, bmuf_nesterov_follows_its_recurrence, .timeout = 180)
 {
 	bmuf_recurrence(true);
+}
+
+/* Rank 3 leaves at once; the other three meet in a barrier, then run the
+ * rounds of body_bmuf as three members. */
+static int body_bmuf_after_a_leave(struct ss_sync *s, int rank, struct job *job)
+{
+	struct ss_sync_stats st;
+
+	if (rank == 3)
+		return ss_sync_leave(s);
+	fail_if(ss_sync_barrier(s), "barrier");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.members != 3, "%d members", st.members);
+	return body_bmuf(s, rank, job);
+}
+
+/*
+ * With three members of a world of four, a round that every member's
+ * contribution reached is a full one: its block step is not scaled by
+ * 3/4 (it was, by members over the world, for the rest of the job).
+ */
+Test(sync, bmuf_steps_whole_with_fewer_members_than_ranks, .timeout = 180)
+{
+	struct job job = { .world = 4,
+			   .body = body_bmuf_after_a_leave,
+			   .init = init_same };
+	const double eta = 1.0 - 1.0 / 3;
+
+	ss_sync_options_init(&job.opts, SS_SYNC_BMUF);
+	job.opts.nesterov = false;
+	job.opts.eta = eta;
+	job.opts.round_timeout_ms = 2000;
+	run(&job);
+	bmuf_expect(&job, eta, false);
 }
 
 /*
@@ -708,6 +750,79 @@ Test(sync, bmuf_ranks_agree_after_a_partial_round, .timeout = 180)
 }
 
 /* ---- S-EASGD and gossip: consensus within a tolerance -------------------- */
+
+/* Rank 2 leaves at once; ranks 0 and 1 meet in a barrier (two members),
+ * then run one round, settle_ms after it. */
+static int body_easgd_after_a_leave(struct ss_sync *s, int rank,
+				    struct job *job)
+{
+	struct ss_sync_stats st;
+
+	if (rank == 2)
+		return ss_sync_leave(s);
+	fail_if(ss_sync_barrier(s), "barrier");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.members != 2, "%d members", st.members);
+	ss_sleep_ns(job->settle_ms * 1000000ull);
+	fail_if(ss_sync_round(s), "round");
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+/*
+ * One round of two members after rank 2 left: each rank @might_skip moves
+ * alpha of the way to the other's center (its replica's shard at the
+ * barrier; with two members no other delta has reached it by the READ),
+ * or, where @might_skip, stays where it is (the owner had not yet left
+ * the barrier).  Nothing else.
+ */
+static void easgd_after_a_leave(unsigned settle_ms, bool might_skip)
+{
+	struct job job = { .world = 3,
+			   .body = body_easgd_after_a_leave,
+			   .init = init_distinct,
+			   .settle_ms = settle_ms };
+	const double alpha = 0.5 / 2;
+
+	ss_sync_options_init(&job.opts, SS_SYNC_EASGD);
+	job.opts.round_timeout_ms = 2000;
+	run(&job);
+	/* rank 1 in shard 0 (rank 0's), rank 0 in shard 1 (rank 1's) */
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < 100; i++) {
+			int r = 1 - k, at = k ? NPARAMS - 1 - i : i;
+			double w = init_distinct(r, at),
+			       want = w - alpha * (w - init_distinct(k, at));
+
+			if (might_skip && job.out[r][at] == (float)w)
+				continue;
+			cr_assert_float_eq(job.out[r][at], want, 1e-5,
+					   "rank %d element %d: %f, want %f%s",
+					   r, at, job.out[r][at], want,
+					   might_skip ? " or unmoved" : "");
+		}
+}
+
+/*
+ * The default alpha is 0.5 / N with N the members, as in a world of two
+ * (it stayed 0.5 / world for good).  The ranks settle after the barrier
+ * so that both have re-divided their centers by the round.
+ */
+Test(sync, easgd_alpha_follows_the_members, .timeout = 180)
+{
+	easgd_after_a_leave(300, false);
+}
+
+/*
+ * Straight after the barrier, the other rank may not have re-divided its
+ * center yet: its shard is skipped for the round, not pulled toward the
+ * center of the old division (or zeros) as it was in most runs.
+ */
+Test(sync, easgd_reads_no_center_of_the_old_division, .timeout = 180)
+{
+	for (int i = 0; i < 3; i++)
+		easgd_after_a_leave(0, true);
+}
 
 Test(sync, easgd_reaches_consensus, .timeout = 180)
 {

@@ -65,7 +65,7 @@ enum ss_sync_algo {
 struct ss_sync_options {
 	size_t size; /* sizeof the caller's struct, set by the init */
 	enum ss_sync_algo algo;
-	double alpha; /* S-EASGD elasticity; 0: 0.5 / N */
+	double alpha; /* S-EASGD elasticity; 0: 0.5 / N, N the members */
 	/*
 	 * S-BMUF block momentum; < 0: 1 - 1/min(N, the replica's steps a
 	 * round spans), so that rounds of fewer steps than ranks (a fast

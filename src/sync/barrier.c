@@ -413,7 +413,8 @@ int ss__barrier(struct ss_sync *s)
 		     s->rank, s->barrier_seq, rc < 0 ? "timed out" : "all came",
 		     s->round);
 	s->barrier_seq++;
-	s->state->in_barrier = 0;
+	/* after the re-divided center: a peer that READs this READs it */
+	__atomic_store_n(&s->state->in_barrier, 0, __ATOMIC_RELEASE);
 	if (rc < 0)
 		return ss_error_set(rc, "a peer did not arrive", NULL,
 				    "sync barrier %u of rank %d",

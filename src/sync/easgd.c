@@ -10,6 +10,8 @@
  * Peers READ our center while we apply deltas to it: such a read may mix
  * two states, which elastic averaging tolerates.
  */
+#include <endian.h>
+
 #include "sync_internal.h"
 
 void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
@@ -41,21 +43,48 @@ void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto)
 	}
 }
 
+/*
+ * Whether @p's center is of the present division: @p re-divided it in
+ * the last barrier before it cleared its in-barrier word, which a READ of
+ * its state shows (and a center READ after it, on the same queue pair,
+ * finds re-divided).  Asked once after each barrier that changed the
+ * members.
+ */
+static bool ss_center_divided(struct ss_sync *s, int p, uint64_t deadline)
+{
+	uint32_t last = htobe32(SS_STATE_IN_BARRIER | (s->barrier_seq - 1));
+	const struct ss__state *view;
+
+	if (!s->center_unsure[p])
+		return true;
+	view = ss__read_view(s, p, deadline);
+	if (view && view->in_barrier != last)
+		s->center_unsure[p] = false;
+	return !s->center_unsure[p];
+}
+
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res)
 {
 	uint64_t deadline = ss__deadline(s);
 	size_t own = ss__shard_off(s, s->rank),
 	       own_len = ss__shard_len(s, s->rank);
 	uint32_t parity = s->round & 1;
-	float alpha = (float)s->opts.alpha;
+	/* N alpha = 0.5 by default, N the members: the center's pull does
+	 * not weaken when ranks leave */
+	float alpha =
+		(float)(s->opts.alpha > 0 ? s->opts.alpha : 0.5 / s->n_members);
 
 	/* Deltas that came while we were still in the previous round. */
 	ss__easgd_apply_early(s, s->round);
 
 	/* 1. Read every owner's center shard into AVG. */
 	for (int p = 0; p < s->world; p++) {
+		/* reads_ok[p] after the state's READ, which sets it too */
+		bool divided = p != s->rank && ss__alive(s, p) &&
+			       ss_center_divided(s, p, deadline);
+
 		s->reads_ok[p] = false;
-		if (p == s->rank || !ss__alive(s, p))
+		if (!divided)
 			continue;
 		ss__post_read(s, p, SS_R_AVG,
 			      ss__shard_off(s, p) * sizeof(float), SS_R_CENTER,

@@ -84,7 +84,7 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 	if (s->opts.algo == SS_SYNC_BMUF) /* the average becomes its target */
 		ss__bmuf(s->w_g, s->momentum, s->avg + own, own_len,
 			 (float)ss__bmuf_eta(s),
-			 (float)(s->opts.zeta * (k + 1) / s->world),
+			 (float)(s->opts.zeta * (k + 1) / s->n_members),
 			 s->opts.nesterov);
 
 	/* 3. The average (S-BMUF: target) of our shard to every rank. */

@@ -48,8 +48,6 @@ static void ss_sync_defaults(struct ss_sync *s)
 {
 	struct ss_sync_options *o = &s->opts;
 
-	if (o->alpha <= 0)
-		o->alpha = 0.5 / s->world;
 	if (o->zeta <= 0)
 		o->zeta = 1.0;
 	if (o->beta <= 0)
@@ -224,6 +222,7 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->paused = calloc(w, sizeof(bool));
 	s->epoch = calloc(w, sizeof(uint32_t));
 	s->view_read_epoch = calloc(w, sizeof(uint32_t));
+	s->center_unsure = calloc(w, sizeof(bool));
 	s->joining = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
 	s->easgd_early = calloc(w, sizeof(bool));
@@ -246,10 +245,10 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	    !s->member_rank || !s->hma_peers)
 		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
-	    !s->view_read_epoch || !s->joining || !s->barrier_sent ||
-	    !s->easgd_early || !s->easgd_early_round || !s->in_flight ||
-	    !s->flight_start_ns || !s->flight_bytes || !s->left_out_count ||
-	    !s->bandwidth || !s->member_index || !s->left)
+	    !s->view_read_epoch || !s->center_unsure || !s->joining ||
+	    !s->barrier_sent || !s->easgd_early || !s->easgd_early_round ||
+	    !s->in_flight || !s->flight_start_ns || !s->flight_bytes ||
+	    !s->left_out_count || !s->bandwidth || !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -368,6 +367,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->paused);
 	free(s->epoch);
 	free(s->view_read_epoch);
+	free(s->center_unsure);
 	free(s->joining);
 	free(s->barrier_sent);
 	free(s->reads_ok);
@@ -465,6 +465,7 @@ bool ss__set_members(struct ss_sync *s, const bool *in)
 		s->view_changes++;
 		pthread_mutex_unlock(&s->lock);
 		ss__state_from_replica(s);
+		memset(s->center_unsure, 1, (size_t)s->world * sizeof(bool));
 	}
 	return changed;
 }

@@ -214,6 +214,12 @@ struct ss_sync {
 	 * partition (ss__cut_off_through): each connection once.
 	 */
 	uint32_t *view_read_epoch;
+	/*
+	 * Each peer's S-EASGD center may still be its shard of the division
+	 * before the last barrier: it re-divides it on its way out of the
+	 * barrier, which we may have left first (ss__round_easgd).
+	 */
+	bool *center_unsure;
 	bool *joining; /* asked to join: our next round is a barrier */
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	struct ss__state *state; /* ours, in SS_R_STATE */
