@@ -480,6 +480,71 @@ Test(sync, a_rank_late_to_a_barrier_held_without_it_meets_the_next,
 }
 
 /*
+ * Rounds with rank 1 300 ms late to each (the round timeout 3 s): rank 0
+ * waits for it every time, and each round is the next.
+ */
+static int rounds_waiting_for_rank_1(struct ss_sync *s, int rank, int n)
+{
+	struct ss_sync_stats st;
+
+	for (int r = 0; r < n; r++) {
+		uint32_t was = s->round;
+
+		if (rank == 1)
+			ss_sleep_ns(300000000ull);
+		fail_if(ss_sync_round(s), "round %u", was);
+		fail_if(s->round != ((was + 1) & SS_ROUND_MASK),
+			"round %u was followed by %u", was, s->round);
+	}
+	ss_sync_get_stats(s, &st);
+	fail_if(st.rounds_partial, "%" PRIu64 " partial rounds at round %u",
+		st.rounds_partial, s->round);
+	return 0;
+}
+
+/*
+ * Round numbers compare modulo 2^28.  From round 2^27 on, a peer that had
+ * never sent a SKIP read as skipping every round (nobody was waited for),
+ * and once 2^27 rounds had passed since a barrier, its catch-up mark read
+ * as ahead and the round jumped back to it.  The rounds in between are
+ * not run: the barrier starts at 2^27 - 3; after another barrier both
+ * ranks skip 2^27 rounds, leaving what a round leaves of the other (it is
+ * in the round before), rank 0 200 ms after rank 1 (a message of the
+ * round after the jump must not reach a rank yet to jump).
+ */
+static int body_wrap(struct ss_sync *s, int rank, struct job *job)
+{
+	int peer = 1 - rank;
+
+	(void)job;
+	s->round = (1u << 27) - 4;
+	fail_if(ss_sync_barrier(s), "barrier");
+	fail_if(s->round != (1u << 27) - 3, "round %u", s->round);
+	if (rounds_waiting_for_rank_1(s, rank, 5))
+		return -1;
+	fail_if(ss_sync_barrier(s), "barrier before the jump");
+	if (rank == 0)
+		ss_sleep_ns(200000000ull);
+	s->round = (s->round + (1u << 27)) & SS_ROUND_MASK;
+	s->latest[peer] = s->skipped[peer] = (s->round - 1) & SS_ROUND_MASK;
+	if (rounds_waiting_for_rank_1(s, rank, 3))
+		return -1;
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, round_numbers_past_2_27, .timeout = 180)
+{
+	struct job job = { .world = 2,
+			   .body = body_wrap,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = 3000;
+	run(&job);
+}
+
+/*
  * The round timeout, when not set, fits the work: a peer that has shown
  * 1000 bytes/s makes a round of S-MA over 1000 floats (2 x 500 floats to
  * and from each peer) wait 5 s + 4 x 4000 / 1000 s; a set one stays.

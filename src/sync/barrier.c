@@ -401,7 +401,7 @@ int ss__barrier(struct ss_sync *s)
 	/* and those for the later rounds it jumps over */
 	ss__easgd_apply_early(s, top);
 	s->round = (top + 1) & SS_ROUND_MASK;
-	s->catch_up = top;
+	s->catching_up = false;
 	/*
 	 * Whoever came has consumed all we sent before (its DONE says so) and
 	 * is in our next round with us: its slots are free.

@@ -36,8 +36,11 @@ static void ss_round_message(struct ss_sync *s, int kind, int p, uint32_t round)
 	if (kind == SS_MSG_SKIP) {
 		if (ss__rounds_after(round, s->skipped[p]) > 0)
 			s->skipped[p] = round;
-		if (ahead > 0 && ss__rounds_after(round, s->catch_up) > 0)
+		if (ahead > 0 && (!s->catching_up ||
+				  ss__rounds_after(round, s->catch_up) > 0)) {
 			s->catch_up = round; /* we are behind: go there */
+			s->catching_up = true;
+		}
 		return;
 	}
 	/*

@@ -194,6 +194,26 @@ static int ss_sync_alloc(struct ss_sync *s)
 	return 0;
 }
 
+/*
+ * Round numbers compare modulo 2^28 (ss__rounds_after): a mark left
+ * 2^27 rounds behind would read as ahead.  So each round brings the ones
+ * that only say "before this round" up to the round before, which reads
+ * the same: a skip of an earlier round, and a peer's newest round (a
+ * member sends every round; one silent that long only stays behind).
+ */
+static void ss_renew_round_marks(struct ss_sync *s)
+{
+	uint32_t before = (s->round - 1) & SS_ROUND_MASK,
+		 far = (s->round - (1u << 26)) & SS_ROUND_MASK;
+
+	for (int p = 0; p < s->world; p++) {
+		if (ss__rounds_after(s->skipped[p], s->round) < 0)
+			s->skipped[p] = before;
+		if (ss__rounds_after(s->latest[p], far) < 0)
+			s->latest[p] = far;
+	}
+}
+
 /* The per-peer state, every round "none yet" (round -1). */
 static int ss_sync_alloc_peers(struct ss_sync *s)
 {
@@ -216,7 +236,6 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	for (size_t p = 0; ok && p < w; p++)
 		s->latest[p] = s->skipped[p] = s->skip_sent[p] =
 			s->left_out_round[p] = SS_ROUND_MASK;
-	s->catch_up = SS_ROUND_MASK;
 	s->reads_ok = calloc(w, sizeof(bool));
 	s->left_out = calloc(w, sizeof(bool));
 	s->paused = calloc(w, sizeof(bool));
@@ -589,11 +608,13 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 	 * ours now, so that we take part in it instead of waiting, round
 	 * after round, for messages that left before we came.
 	 */
-	if (ss__rounds_after(s->catch_up, s->round) > 0) {
+	if (s->catching_up && ss__rounds_after(s->catch_up, s->round) > 0) {
 		ss_log_info("sync: rank %d catches up from round %u to %u",
 			    s->rank, s->round, s->catch_up);
 		s->round = s->catch_up;
 	}
+	s->catching_up = false;
+	ss_renew_round_marks(s);
 	/* trainers read it too (their claims' and stops' deadlines) */
 	__atomic_store_n(&s->timeout_ms, ss_sync_timeout(s), __ATOMIC_RELAXED);
 	s->partial = false;

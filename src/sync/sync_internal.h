@@ -180,7 +180,10 @@ struct ss_sync {
 	uint32_t *arrived[SS_MSG_KINDS];
 	uint32_t *latest, *skipped;
 	uint32_t *skip_sent; /* the round we last sent @p a SKIP for */
-	uint32_t catch_up; /* a peer skipped us in this round: go there */
+	/* a peer skipped us in round catch_up, ahead of ours: go there (a
+	 * flag, not a mark that 2^27 rounds could make look ahead again) */
+	uint32_t catch_up;
+	bool catching_up;
 	bool *paused; /* its shadow thread stopped; back at the next barrier */
 	uint32_t *ctrl; /* the barrier words in the inbox */
 	int outstanding; /* our operations not yet completed */
