@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,6 +66,51 @@ Test(cmd_train, top_mlp_written_with_its_input_is_the_same_model)
 	without = cmd_json_number(out, "params");
 	cr_assert_eq(with, without, "%g params against %g", with, without);
 	cr_assert_gt(without, 0, "%s", out);
+}
+
+/*
+ * More trainers, or ranks, than bytes: a slice or share of no bytes
+ * trains nothing.  [0, 0) was read as the whole file (end 0 is its end
+ * to a reader): a one-line file was trained twice by 400 trainers, and
+ * by ranks 0 and 1 of twice its bytes (--tables local and --sync none:
+ * ranks that need no peer).
+ */
+Test(cmd_train, no_bytes_no_examples)
+{
+	char out[4096], path[256];
+	struct stat st;
+	int world;
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "head -1 %s/train.txt > %s/one.txt", dir, dir),
+		     0);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s train --data %s/one.txt " MODEL
+			     " --threads 400 --oversubscribe --sync none "
+			     "--progress 0 --json 2>&1",
+			     SS_COMMAND, dir),
+		     0, "%s", out);
+	cr_assert_eq(cmd_json_number(out, "examples"), 1, "%s", out);
+	/* twice as many ranks as bytes: rank 0 has [0, 0), rank 1 [0, 1) */
+	snprintf(path, sizeof(path), "%s/one.txt", dir);
+	cr_assert_eq(stat(path, &st), 0);
+	world = 2 * (int)st.st_size;
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "seq 20000 %d | sed 's/^/127.0.0.1:/' > %s/hosts",
+			     20000 + world - 1, dir),
+		     0);
+	for (int r = 0; r < 2; r++) {
+		cr_assert_eq(
+			cmd_run(out, sizeof(out),
+				"%s train --data %s/one.txt " MODEL
+				" --threads 1 --sync none --tables local "
+				"--rank %d --hostfile %s/hosts --progress 0 "
+				"--json 2>&1",
+				SS_COMMAND, dir, r, dir),
+			0, "%s", out);
+		cr_assert_eq(cmd_json_number(out, "examples"), r, "rank %d: %s",
+			     r, out);
+	}
 }
 
 Test(cmd_train, two_ranks_over_shm_with_shadow_ma)

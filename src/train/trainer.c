@@ -81,8 +81,10 @@ static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
 		if (rc <= 0)
 			return rc;
 		t->ranges++;
-	} else if (++*epoch >= o->epochs) {
-		return 0; /* the last pass: the range is done */
+	} else if (++*epoch >= o->epochs || begin >= end) {
+		/* the last pass, or a slice with no bytes (more trainers than
+		 * bytes): to a reader, end 0 would be the end of the file */
+		return 0;
 	}
 	rc = ss_reader_open(reader, o->data, begin, end, o->bad_lines);
 	return rc < 0 ? rc : 1;

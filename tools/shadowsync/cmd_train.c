@@ -209,6 +209,10 @@ int ss_cmd_train(int argc, char **argv)
 			(uint64_t)c.fabric.world;
 	c.train.end = (uint64_t)st.st_size * (uint64_t)(c.fabric.rank + 1) /
 		      (uint64_t)c.fabric.world;
+	/* no bytes for us (more ranks than bytes): [0, 0) would be the whole
+	 * file, since end 0 means to its end */
+	if (c.train.begin == c.train.end)
+		c.train.begin = c.train.end = (uint64_t)st.st_size;
 	c.train.progress = &prog.totals;
 	if (!c.foreground)
 		c.train.sync_every = 0; /* the shadow thread does it */
