@@ -420,6 +420,20 @@ Test(data, generator_is_seeded_and_hits_its_click_rate)
 	cr_assert_float_eq(b.ne, a.ne, 0.05, "same teacher, NE %f vs %f", b.ne,
 			   a.ne);
 	free(buf1);
+
+	/*
+	 * Logits spread wide (--value-scale 10): the bias that gives 0.001
+	 * lies past the [-20, 20] once searched (which gave 0.42).
+	 */
+	o.stream = 0;
+	o.value_scale = 10;
+	o.ctr = 0.001;
+	f1 = open_memstream(&buf1, &len1);
+	cr_assert_eq(ss_gen_data(f1, &o, &b), 0);
+	fclose(f1);
+	cr_assert(b.ctr > 0.0003 && b.ctr < 0.002, "click rate %f for 0.001",
+		  b.ctr);
+	free(buf1);
 }
 
 /* Draws of k^-s over 1..n, counted into @hits[1..cap]; the rest in hits[0]. */
@@ -575,6 +589,12 @@ Test(data, gen_data_command_writes_file_and_floor)
 		 SS_COMMAND, path);
 	status = system(cmd);
 	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 2);
+	/* --json escapes the path (a quote in it made the line invalid) */
+	snprintf(cmd, sizeof(cmd),
+		 "cd %s && %s gen-data --out 'q\"x.txt' --examples 10 --json "
+		 "| grep -qF '{\"file\":\"q\\\"x.txt\",'",
+		 dir, SS_COMMAND);
+	cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
 Test(data, an_overlong_line_is_refused_in_bounded_memory)

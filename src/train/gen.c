@@ -126,7 +126,7 @@ static double ss_sigmoid(double z)
 static double ss_calibrate(const struct ss_teacher *t, double ctr)
 {
 	enum { SAMPLE = 20000 };
-	double *z = malloc(SAMPLE * sizeof(double)), lo = -20, hi = 20;
+	double *z = malloc(SAMPLE * sizeof(double)), lo, hi, reach = 0;
 	long ints[SS_DENSE];
 	uint32_t vals[SS_SPARSE];
 	bool empty[SS_DENSE + SS_SPARSE];
@@ -134,9 +134,19 @@ static double ss_calibrate(const struct ss_teacher *t, double ctr)
 
 	if (!z)
 		return 0;
-	for (int i = 0; i < SAMPLE; i++)
+	for (int i = 0; i < SAMPLE; i++) {
 		z[i] = ss_draw(t, &rng, ints, vals, empty);
-	for (int it = 0; it < 60; it++) {
+		reach = fmax(reach, fabs(z[i]));
+	}
+	/*
+	 * A bracket of every logit and then some: at lo every click
+	 * probability is below 1e-21, at hi above 1 - 1e-21, so the mean
+	 * crosses any rate between.  A fixed [-20, 20] missed the rate asked
+	 * when --value-scale spreads the logits wider (0.42 for 0.001).
+	 */
+	lo = -reach - 50;
+	hi = reach + 50;
+	for (int it = 0; it < 100; it++) {
 		double mid = (lo + hi) / 2, mean = 0;
 
 		for (int i = 0; i < SAMPLE; i++)

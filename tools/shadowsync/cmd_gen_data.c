@@ -225,10 +225,13 @@ int ss_cmd_gen_data(int argc, char **argv)
 		unlink(tmp);
 		return ss_cmd_fail(ss_gen_prog, rc);
 	}
-	if (json)
-		printf("{\"file\":\"%s\",\"examples\":%llu,\"ctr\":%.6f,\"teacher_ne\":%.6f,\"teacher_auc\":%.6f}\n",
-		       out, (unsigned long long)o.examples, m.ctr, m.ne, m.auc);
-	else
+	if (json) {
+		/* the path escaped: quotes and control bytes are legal in it */
+		printf("{\"file\":");
+		ss_json_string(stdout, out);
+		printf(",\"examples\":%llu,\"ctr\":%.6f,\"teacher_ne\":%.6f,\"teacher_auc\":%.6f}\n",
+		       (unsigned long long)o.examples, m.ctr, m.ne, m.auc);
+	} else
 		printf("wrote %llu examples to %s: click rate %.4f; teacher NE %.4f (the floor), AUC %.4f; details in %s.teacher.json\n",
 		       (unsigned long long)o.examples, out, m.ctr, m.ne, m.auc,
 		       out);
