@@ -91,7 +91,8 @@ static void assert_bad(const char *line, const char *expect)
 
 Test(data, every_kind_of_bad_line)
 {
-	char line[1024];
+	char line[1024], why[256];
+	struct ss_example ex;
 
 	assert_bad("1\t2\t3", "3 fields, want 40");
 	assert_bad("", "label");
@@ -101,6 +102,13 @@ Test(data, every_kind_of_bad_line)
 	assert_bad(line, "field 1 (label) '2' is not 0 or 1");
 	snprintf(line, sizeof(line), "1\t5x%s", GOOD + 3);
 	assert_bad(line, "field 2 (I1) '5x' is not an integer");
+	/* an integer, too long to be a count (it was "not an integer") */
+	snprintf(line, sizeof(line), "1\t1000000000000000000%s", GOOD + 3);
+	assert_bad(line, "'1000000000000000000' has more than 18 digits");
+	snprintf(line, sizeof(line), "1\t999999999999999999%s", GOOD + 3);
+	cr_assert_eq(
+		ss_parse_example(line, strlen(line), &ex, why, sizeof(why)), 0,
+		"%s", why);
 	snprintf(line, sizeof(line), "%s", GOOD);
 	memcpy(strstr(line, "68fd1e64"), "68fd1e6g", 8);
 	assert_bad(line, "field 15 (C1) '68fd1e6g' is not 8 hex digits");

@@ -79,13 +79,15 @@ static int ss_parse_dense(const char *s, size_t len, float *out)
 		neg = true;
 		i = 1;
 	}
-	if (i == len || len - i > 18)
+	if (i == len)
 		return -1;
-	for (; i < len; i++) {
-		if (s[i] < '0' || s[i] > '9')
+	for (size_t d = i; d < len; d++)
+		if (s[d] < '0' || s[d] > '9')
 			return -1;
+	if (len - i > 18)
+		return -2; /* an integer, but no count in a log is that long */
+	for (; i < len; i++)
 		v = v * 10 + (s[i] - '0');
-	}
 	*out = neg ? 0.0f : (float)log1p(v); /* log(1 + max(x, 0)) */
 	return 0;
 }
@@ -139,10 +141,14 @@ int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
 						    "is not 0 or 1", why, size);
 			ex->label = (float)(p[0] - '0');
 		} else if (field <= SS_DENSE) {
-			if (ss_parse_dense(p, flen, &ex->dense[field - 1]) < 0)
-				return ss_bad_field(field, p, flen,
-						    "is not an integer", why,
-						    size);
+			int rc = ss_parse_dense(p, flen, &ex->dense[field - 1]);
+
+			if (rc < 0)
+				return ss_bad_field(
+					field, p, flen,
+					rc == -2 ? "has more than 18 digits" :
+						   "is not an integer",
+					why, size);
 		} else if (ss_parse_sparse(p, flen,
 					   &ex->sparse[field - 1 - SS_DENSE]) <
 			   0) {
