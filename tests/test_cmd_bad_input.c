@@ -86,6 +86,36 @@ Test(cmd_bad_input, every_line_bad_under_skip)
 		"train " MODEL " --data bad.txt --bad-lines skip");
 }
 
+/*
+ * A --test file of another format is refused before training (its first
+ * line was read only after it); under --bad-lines skip its malformed lines
+ * are counted in the summary (they were dropped without a word).
+ */
+Test(cmd_bad_input, a_malformed_test_file)
+{
+	char out[8192];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && (echo garbage; head -50 train.txt; "
+			     "echo more garbage) > t.txt && echo garbage > "
+			     "g.txt",
+			     dir),
+		     0);
+	refused(1, "error: g.txt:1: field 1 (label) 'garbage'", true,
+		"train " MODEL " --data train.txt --test g.txt");
+	refused(1, "error: --test 'g.txt': no examples in it", true,
+		"train " MODEL " --data train.txt --test g.txt "
+		"--bad-lines skip");
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train " MODEL
+			     " --data train.txt --test t.txt --bad-lines skip "
+			     "--sync none --progress 0 --json 2>&1",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+	cr_assert(strstr(out, "\"test_examples\":50,\"test_skipped\":2"), "%s",
+		  out);
+}
+
 Test(cmd_bad_input, a_folder_as_data)
 {
 	refused(2, "--data '.': it is a folder", true,

@@ -267,7 +267,7 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_train_save(&c, params, res.examples);
 	if (rc == 0 && c.test)
 		rc = ss_evaluate(&c.model, params, c.table, c.test,
-				 c.train.bad_lines, &test);
+				 c.train.bad_lines, &test, &c.test_skipped);
 	/* and our shard outlives the others' evaluation */
 	if (rc == 0 && c.table)
 		rc = ss_table_barrier(c.table, 600000);

@@ -59,6 +59,7 @@ struct ss_train_cmd {
 	long save_every;
 	uint64_t layout_hash;
 	uint64_t resumed; /* examples the loaded checkpoint had seen */
+	uint64_t test_skipped; /* malformed lines of --test passed over */
 	const char *blas; /* the BLIS kernels' name */
 	int tables; /* --tables: enum ss_tables_kind */
 	float dense_lr; /* --dense-lr; 0: --lr */
@@ -192,10 +193,14 @@ int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end);
 void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
 		    long chunk_size, int epochs);
 
-/* ss_evaluate() - NE, AUC and calibration of @params on the file @path. */
+/*
+ * ss_evaluate() - NE, AUC and calibration of @params on the file @path;
+ * *@skipped: its malformed lines passed over (--bad-lines skip).
+ */
 int ss_evaluate(const struct ss_model_config *m, const float *params,
 		struct ss_table *table, const char *path,
-		enum ss_bad_lines bad_lines, struct ss_metrics *out);
+		enum ss_bad_lines bad_lines, struct ss_metrics *out,
+		uint64_t *skipped);
 
 /* ss_train_open_table() - --tables sharded: this rank's shard, connected. */
 int ss_train_open_table(struct ss_train_cmd *c);

@@ -96,6 +96,26 @@ static int ss_check_checkpoint(const char *option, const char *path)
 	return rc;
 }
 
+/*
+ * The held-out file's first example, read as the evaluation will read it:
+ * a file of another format is refused now, not after the training.
+ */
+static int ss_check_test_format(const char *path, enum ss_bad_lines bad)
+{
+	struct ss_reader *r = NULL;
+	struct ss_example ex;
+	int rc = ss_reader_open(&r, path, 0, 0, bad);
+
+	if (rc == 0)
+		rc = ss_reader_next(r, &ex);
+	if (rc == 0)
+		rc = ss_error_set(SS_EPARSE, "no examples in it",
+				  "every line was malformed", "--test '%s'",
+				  path);
+	ss_reader_close(&r);
+	return rc < 0 ? rc : 0;
+}
+
 /* Whether @path names the same file as @other (which exists). */
 static bool ss_same_file(const char *path, const struct stat *other)
 {
@@ -114,6 +134,8 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 
 	if (rc == 0 && c->test)
 		rc = ss_check_input("--test", c->test, &test);
+	if (rc == 0 && c->test)
+		rc = ss_check_test_format(c->test, c->train.bad_lines);
 	if (rc == 0 && c->load) {
 		path = ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
 		rc = ss_check_checkpoint("--load", path);

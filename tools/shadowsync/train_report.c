@@ -30,7 +30,7 @@ static int ss_predict_sharded(const struct ss_model_config *m,
 
 int ss_evaluate(const struct ss_model_config *m, const float *params,
 		struct ss_table *table, const char *path, enum ss_bad_lines bad,
-		struct ss_metrics *out)
+		struct ss_metrics *out, uint64_t *skipped)
 {
 	struct ss_model_work *w = NULL;
 	struct ss_reader *r = NULL;
@@ -82,6 +82,11 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 				  "test file '%s'", path);
 	if (rc == 0)
 		rc = ss_metrics_compute(p, y, n, out);
+	*skipped = r ? ss_reader_skipped(r) : 0;
+	if (rc == 0 && *skipped)
+		ss_log_warn("held-out: %" PRIu64 " malformed lines of '%s' "
+			    "skipped: the figures are of the other %" PRIu64,
+			    *skipped, path, out->count);
 	if (rc == 0 && out->not_numbers)
 		ss_log_warn("held-out: %" PRIu64 " of %" PRIu64
 			    " predictions are not numbers: the model diverged "
@@ -134,6 +139,9 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			ss_json_double(stdout, "%.6f", test->auc);
 			printf(",\"test_calibration\":");
 			ss_json_double(stdout, "%.6f", test->calibration);
+			printf(",\"test_examples\":%" PRIu64
+			       ",\"test_skipped\":%" PRIu64,
+			       test->count, c->test_skipped);
 		}
 		if (sync) {
 			struct ss_sync_stats s;
@@ -173,8 +181,12 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			printf("trained %" PRIu64 " chunks of the data\n",
 			       res->ranges);
 		if (c->test)
-			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f\n",
-			       test->ne, test->auc, test->calibration);
+			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f "
+			       "over %" PRIu64 " examples%s\n",
+			       test->ne, test->auc, test->calibration,
+			       test->count,
+			       c->test_skipped ? " (malformed lines skipped)" :
+						 "");
 		if (c->table)
 			ss_table_report_text(c, res);
 		if (sync)
