@@ -232,9 +232,13 @@ void ss__hello_from_wire(const struct ss__hello *wire, struct ss__hello *host);
 int ss__hello_check(const struct ss__hello *mine, const struct ss__hello *peer,
 		    int expect_rank, char *why, size_t size);
 
-/* ss__table_make() / ss__table_read() - the descriptor table, big-endian. */
+/*
+ * ss__table_make() / ss__table_read() - the descriptor table, big-endian;
+ * a peer's has as many regions as ours (its hello said so).
+ */
 void ss__table_make(const struct ss_fabric *fabric, const uint32_t *rkeys,
 		    struct ss__table *wire);
-int ss__table_read(const struct ss__table *wire, struct ss__peer *peer);
+int ss__table_read(const struct ss__table *wire, int n_regions,
+		   struct ss__peer *peer);
 
 #endif /* SS_FABRIC_INTERNAL_H */

@@ -102,17 +102,20 @@ void ss__table_make(const struct ss_fabric *fabric, const uint32_t *rkeys,
 }
 
 /*
- * A corrupt table (a wrong magic or count, an entry that is no region:
- * empty, past the end of the address space, or granting rights that do
- * not exist) is refused whole, the peer's regions left as they were.
+ * A corrupt table (a wrong magic, a count other than @n_regions, which the
+ * peer's hello gave, an entry that is no region: empty, past the end of
+ * the address space, or granting rights that do not exist) is refused
+ * whole, the peer's regions left as they were.
  */
-int ss__table_read(const struct ss__table *wire, struct ss__peer *peer)
+int ss__table_read(const struct ss__table *wire, int n_regions,
+		   struct ss__peer *peer)
 {
 	const unsigned rights = SS_ACCESS_REMOTE_READ | SS_ACCESS_REMOTE_WRITE |
 				SS_ACCESS_REMOTE_ATOMIC;
 	uint32_t n = be32toh(wire->n_regions);
 
-	if (be32toh(wire->magic) != SS_HELLO_MAGIC || n > SS_FABRIC_MAX_REGIONS)
+	if (be32toh(wire->magic) != SS_HELLO_MAGIC ||
+	    n != (uint32_t)n_regions || n > SS_FABRIC_MAX_REGIONS)
 		return -EPROTO;
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t addr = be64toh(wire->entries[i].addr);

@@ -415,7 +415,7 @@ static int ss_shm_map_regions(struct ss_fabric *f, int p)
 	char name[160];
 	int rc;
 
-	rc = ss__table_read(&s->peers[p].ctl->table, peer);
+	rc = ss__table_read(&s->peers[p].ctl->table, f->n_regions, peer);
 	if (rc < 0)
 		return ss_error_set(SS_EHANDSHAKE,
 				    "its region table is corrupt", NULL,

@@ -714,6 +714,7 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 			for (int p = 0; p < f->opts.world; p++)
 				if (p != f->opts.rank &&
 				    ss__table_read(&v->peer_tables[p],
+						   f->n_regions,
 						   &f->peers[p]) < 0)
 					return ss_error_set(
 						SS_EHANDSHAKE,
@@ -969,7 +970,8 @@ static void ss_rejoin_step(struct ss_fabric *f, int p)
 		return;
 	}
 	if (vp->rejoin == SS_RJ_TABLE && vp->table_read) {
-		if (ss__table_read(&v->peer_tables[p], &f->peers[p]) < 0) {
+		if (ss__table_read(&v->peer_tables[p], f->n_regions,
+				   &f->peers[p]) < 0) {
 			ss_log_warn(
 				"verbs: peer %d (%s): its region table is corrupt",
 				p, f->peers[p].addr);

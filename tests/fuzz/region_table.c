@@ -2,11 +2,12 @@
 /*
  * The table of regions a peer publishes (ss__table_read(), src/fabric/
  * handshake.c).  The input: the table as it is read from the peer, then
- * the rkeys for a table made again.
- *  - refused (-EPROTO) when the magic is wrong, the count is past
- *    SS_FABRIC_MAX_REGIONS, or an entry is no region (empty, running past
- *    the end of the address space, granting unknown rights); the peer's
- *    regions are then left as they were;
+ * a byte that gives the count the peer's hello promised (without it, the
+ * table's own count).
+ *  - refused (-EPROTO) when the magic is wrong, the count is not the one
+ *    promised or is past SS_FABRIC_MAX_REGIONS, or an entry is no region
+ *    (empty, running past the end of the address space, granting unknown
+ *    rights); the peer's regions are then left as they were;
  *  - accepted: each region as the entry says, in host order, the others
  *    left as they were; a table made from those regions
  *    (ss__table_make()) is the same bytes.
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct ss_fabric *fabric;
 	uint32_t rkeys[SS_FABRIC_MAX_REGIONS], n;
 	bool valid;
-	int rc;
+	int rc, promised;
 
 	memset(&wire, 0, sizeof(wire));
 	memcpy(&wire, data, size < sizeof(wire) ? size : sizeof(wire));
@@ -40,8 +41,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(before, peer, sizeof(*peer));
 
 	n = be32toh(wire.n_regions);
+	promised = size > sizeof(wire) ?
+			   data[sizeof(wire)] % (SS_FABRIC_MAX_REGIONS + 1) :
+			   (int)n;
 	valid = be32toh(wire.magic) == SS_HELLO_MAGIC &&
-		n <= SS_FABRIC_MAX_REGIONS;
+		n <= SS_FABRIC_MAX_REGIONS && n == (uint32_t)promised;
 	for (uint32_t i = 0; valid && i < n; i++) {
 		uint64_t addr = be64toh(wire.entries[i].addr);
 		uint64_t len = be64toh(wire.entries[i].len);
@@ -49,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		valid = len > 0 && addr + len >= addr &&
 			!(be32toh(wire.entries[i].access) & ~KNOWN_ACCESS);
 	}
-	rc = ss__table_read(&wire, peer);
+	rc = ss__table_read(&wire, promised, peer);
 	FUZZ_CHECK(rc == 0 || rc == -EPROTO, "rc %d", rc);
 	FUZZ_CHECK((rc == 0) == valid, "read %s a table the reference %s",
 		   rc ? "refuses" : "accepts", valid ? "accepts" : "refuses");
