@@ -297,8 +297,8 @@ static void ss_cm_ack_timeout(const struct ss_verbs *v, struct rdma_cm_id *id)
 }
 
 /*
- * An attempt of ours that has not ended in an event after SS_VERBS_
- * ATTEMPT_NS: start again.  A CM message lost on the wire is sent again
+ * An attempt of ours that has had no event for SS_VERBS_ATTEMPT_NS (one
+ * that moves, address to route to connection, goes on): start again.  A CM message lost on the wire is sent again
  * only after the CM's response timeout (about 4 s by rdma_cm's default),
  * and a connection was once seen stuck "connecting" for the whole 30 s
  * connect timeout between two soft-RoCE guests at start; the accepting
@@ -316,7 +316,8 @@ static bool ss_cm_stalled(struct ss_fabric *f, int p, uint64_t now)
 		return false;
 	if (now - vp->attempt_ns < SS_VERBS_ATTEMPT_NS)
 		return false;
-	ss_log_info("verbs: peer %d (%s): still %s after %.0f s: trying again",
+	ss_log_info("verbs: peer %d (%s): still %s, no event for %.0f s: "
+		    "trying again",
 		    p, f->peers[p].addr, states[vp->state],
 		    (double)(now - vp->attempt_ns) / 1e9);
 	ss_cm_reset(f, p);
@@ -573,6 +574,8 @@ static void ss_cm_event(struct ss_fabric *f, struct rdma_cm_event *ev)
 		return;
 	if (p >= 0 && id != v->peers[p].id)
 		return; /* of a connection since replaced */
+	if (p >= 0) /* the attempt moves: ss_cm_stalled counts from here */
+		v->peers[p].attempt_ns = ss_now_ns();
 
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
@@ -684,6 +687,14 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 
 		for (int i = 0; i < n; i++)
 			ss__backlog_push(f, &c[i]);
+		if (n == 0) {
+			/* a peer still connecting elsewhere may take seconds:
+			 * not a core's worth of polling meanwhile */
+			struct pollfd pfd = { .fd = v->channel->fd,
+					      .events = POLLIN };
+
+			poll(&pfd, 1, 1);
+		}
 		ss__verbs_cm_events(f);
 		done = true;
 		for (int p = 0; p < f->opts.world; p++) {

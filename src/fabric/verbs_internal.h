@@ -43,7 +43,7 @@ struct ss_verbs_peer {
 	struct ibv_qp *qp;
 	enum ss_verbs_state state;
 	uint64_t retry_ns; /* when an IDLE active side tries again */
-	uint64_t attempt_ns; /* when the active side's attempt began */
+	uint64_t attempt_ns; /* the active side's attempt: began, or last moved */
 	struct ss__hello hello; /* theirs, host byte order */
 	uint8_t path_mtu; /* negotiated */
 	uint8_t rd_atom; /* negotiated outstanding READs */
