@@ -68,6 +68,7 @@ struct ss_shm_peer {
 	size_t ctl_len;
 	void *maps[SS_FABRIC_MAX_REGIONS];
 	int32_t pid; /* the process mapped */
+	uint32_t knock_tried; /* the last process that attached to us, tried */
 	bool remapped; /* failed, and a new process of it mapped */
 	uint64_t alive_ns; /* when its process was last seen alive */
 };
@@ -792,8 +793,9 @@ static void ss_shm_forget(struct ss_fabric *f, int p)
 
 /*
  * A failed peer: map a new process of its rank as connecting does, when
- * one has attached to us (its pid in our ring) or the backoff says so.
- * It is back once both sides have attached.
+ * one has attached to us (its pid in our ring; once a process, so that
+ * one that died before we mapped it is not tried at every poll) or the
+ * backoff says so.  It is back once both sides have attached.
  */
 static void ss_shm_retry(struct ss_fabric *f, int p)
 {
@@ -806,9 +808,11 @@ static void ss_shm_retry(struct ss_fabric *f, int p)
 	int rc;
 
 	if (!sp->remapped) {
-		if ((!knock || knock == (uint32_t)sp->pid) &&
+		if ((!knock || knock == (uint32_t)sp->pid ||
+		     knock == sp->knock_tried) &&
 		    !ss__retry_due(f, p))
 			return;
+		sp->knock_tried = knock;
 		ss_shm_forget(f, p);
 		ss__hello_make(f, &mine);
 		rc = ss_shm_try_peer(f, p, &mine);
