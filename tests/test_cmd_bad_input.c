@@ -323,6 +323,11 @@ Test(cmd_bad_input, the_same_address_twice)
 	refused(2, "ranks 0 and 2 at 'a:7001': two ranks have the same", true,
 		"train " MODEL " --data train.txt --peers a:7001,b:7001,a:7001 "
 		"--rank 1 --transport shm");
+	/* a bare IPv6 address is refused (it was host "::" on port 1) */
+	refused(2, "address of rank 0 '::1': an IPv6 address without brackets",
+		true,
+		"train " MODEL " --data train.txt --peers ::1,b:7001 "
+		"--rank 1 --transport shm");
 	/* --peers hosts without ports take --port, as a host file's do */
 	refused(2, "ranks 0 and 2 at 'a:7006': two ranks have the same", true,
 		"train " MODEL " --data train.txt --peers a,b:7001,a "

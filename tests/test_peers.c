@@ -144,6 +144,33 @@ Test(peers, host_files)
 }
 
 /*
+ * IPv6 addresses: bracketed, with or without a port; a bare one is
+ * refused, naming the line ("fe80::2" was host "fe80:" on port 2, "[::1]"
+ * refused as a port out of range).
+ */
+Test(peers, host_files_with_ipv6_addresses)
+{
+	const char *path = write_tmp("[::1]\n[fe80::2]:7100\n");
+	char **addrs;
+	int n;
+
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), 0, "%s",
+		     ss_last_error()->why);
+	cr_assert_eq(n, 2);
+	cr_assert_str_eq(addrs[0], "[::1]:7000");
+	cr_assert_str_eq(addrs[1], "[fe80::2]:7100");
+	ss_strings_free(&addrs, n);
+	unlink(path);
+	path = write_tmp("node1\nfe80::2\n");
+	cr_assert_eq(ss_hostfile_read(path, 7000, &addrs, &n), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, ":2: 'fe80::2'"), "%s",
+		  ss_last_error()->what);
+	cr_assert_str_eq(ss_last_error()->why,
+			 "an IPv6 address without brackets");
+	unlink(path);
+}
+
+/*
  * issue 15, defect 7: a line longer than the reader's 512-byte buffer was
  * cut in two, the host given the default port and the tail ("...:7100")
  * taken as another host.

@@ -112,6 +112,12 @@ static int ss_check_addr(int rank, const char *addr)
 				    "write each peer as host:port",
 				    "address of rank %d '%s'", rank,
 				    addr ? addr : "");
+	/* "fe80::2" would be host "fe80:" and port 2 */
+	if (addr[0] != '[' && memchr(addr, ':', (size_t)(colon - addr)))
+		return ss_error_set(SS_EUSAGE,
+				    "an IPv6 address without brackets",
+				    "write it [address]:port",
+				    "address of rank %d '%s'", rank, addr);
 	for (; p && *p && port <= 65535; p++) {
 		if (*p < '0' || *p > '9')
 			break;

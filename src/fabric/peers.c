@@ -217,7 +217,17 @@ static int ss_hostfile_line(const char *path, int lineno, char *s, int port,
 	if (strpbrk(s, " \t"))
 		return ss_error_set(SS_EUSAGE, "one host[:port] per line", NULL,
 				    "%s:%d: '%s'", path, lineno, s);
+	/* a port after a host name, an IPv4 address or [an IPv6 one] */
 	colon = strrchr(s, ':');
+	if (s[0] == '[')
+		colon = strchr(s, ']') && strchr(s, ']')[1] == ':' ?
+				strchr(s, ']') + 1 :
+				NULL;
+	else if (colon && strchr(s, ':') != colon)
+		return ss_error_set(SS_EUSAGE,
+				    "an IPv6 address without brackets",
+				    "write it [address] or [address]:port",
+				    "%s:%d: '%s'", path, lineno, s);
 	host = colon ? (size_t)(colon - s) : strlen(s);
 	if (host > SS_HOST_MAX)
 		return ss_error_set(SS_EUSAGE, "the host name is too long",

@@ -2,8 +2,9 @@
 /*
  * Host files, ss_hostfile_read().  The input: two bytes of default port,
  * then the file.  Against a reference reading of the format (one
- * host[:port] a line, '#' comments, blank lines, surrounding blanks; the
- * default port added where a line has none):
+ * host[:port] a line, '#' comments, blank lines, surrounding blanks, an
+ * IPv6 address in brackets; the default port added where a line has
+ * none):
  *  - accepted: the reference accepts it too and gives the same addresses,
  *    each "host:port" with no blank or control character in it;
  *  - refused: SS_EUSAGE naming the file, and, when the reason is a line,
@@ -49,7 +50,16 @@ static void reference(const char *text, size_t size, int port, struct ref *r)
 			e = b + strlen(b);
 			while (e > b && isspace((unsigned char)e[-1]))
 				*--e = '\0';
+			/* a port after a name, an IPv4 address or
+			 * [an IPv6 one]; a bare IPv6 address is bad */
 			colon = strrchr(b, ':');
+			if (b[0] == '[')
+				colon = (e = strchr(b, ']')) && e[1] == ':' ?
+						e + 1 :
+						NULL;
+			else if (colon && strchr(b, ':') != colon)
+				r->bad_line = line;
+			e = b + strlen(b);
 			for (char *c = b; *c; c++)
 				if (isspace((unsigned char)*c) ||
 				    iscntrl((unsigned char)*c))

@@ -83,8 +83,10 @@ int ss_train_peers(struct ss_train_cmd *c)
 						    NULL,
 						    "--peers: more than %d",
 						    SS_FABRIC_MAX_PEERS);
-			/* a host without a port takes --port, as in a host file */
-			if (!strchr(tok, ':')) {
+			/* a host without a port takes --port, as in a host
+			 * file: a name, an IPv4 address or [an IPv6 one] */
+			if (!strchr(tok, ':') ||
+			    (tok[0] == '[' && tok[strlen(tok) - 1] == ']')) {
 				rc = ss_train_own_addr(c, tok);
 				if (rc < 0)
 					return rc;
