@@ -333,9 +333,13 @@ static int ss_cm_start(struct ss_fabric *f, int p)
 	struct rdma_cm_id *id;
 	int rc;
 
-	rc = ss__verbs_resolve(f->addrs[p], &dst);
-	if (rc < 0)
-		return rc;
+	if (!vp->resolved) {
+		rc = ss__verbs_resolve(f->addrs[p], &vp->addr);
+		if (rc < 0)
+			return rc;
+		vp->resolved = true;
+	}
+	dst = vp->addr;
 	if (src.ss_family == AF_INET)
 		((struct sockaddr_in *)&src)->sin_port = 0;
 	else

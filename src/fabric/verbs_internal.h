@@ -44,6 +44,13 @@ struct ss_verbs_peer {
 	enum ss_verbs_state state;
 	uint64_t retry_ns; /* when an IDLE active side tries again */
 	uint64_t attempt_ns; /* the active side's attempt: began, or last moved */
+	/*
+	 * Its address, looked up at the first attempt only: a reconnection
+	 * runs in ss_fabric_poll(), where a name lookup (seconds a try with
+	 * a slow DNS server) has no bound of ours.
+	 */
+	struct sockaddr_storage addr;
+	bool resolved;
 	struct ss__hello hello; /* theirs, host byte order */
 	uint8_t path_mtu; /* negotiated */
 	uint8_t rd_atom; /* negotiated outstanding READs */
