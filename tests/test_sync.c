@@ -261,6 +261,63 @@ Test(sync, hma_exact_mean_9_ranks_3_groups_of_3, .timeout = 240)
 	hma_exact_mean(9, 3);
 }
 
+/*
+ * Before each of 4 rounds every replica is 100 x round + rank.  Rank 4
+ * (group 2) sleeps through round 1's timeout and rank 2 (group 1) comes
+ * to it 200 ms late: its average of round 1 reaches rank 0 (group 0, the
+ * same column) while rank 0 runs round 2.  Each replica is kept after
+ * round 2.
+ */
+static int body_hma_late(struct ss_sync *s, int rank, struct job *job)
+{
+	float *w = ss_sync_params(s);
+
+	for (int r = 0; r < 4; r++) {
+		for (int i = 0; i < NPARAMS; i++)
+			w[i] = (float)(100 * r + rank);
+		if (r == 1 && rank == 4)
+			ss_sleep_ns(1500000000ull);
+		if (r == 1 && rank == 2)
+			ss_sleep_ns(200000000ull);
+		fail_if(ss_sync_round(s), "round %d", r);
+		if (r == 2)
+			memcpy(job->aux[rank], w, sizeof(job->aux[rank]));
+	}
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+/*
+ * A piece's average that comes late is not taken for a later round's:
+ * it landed in the receiver's averages, where it replaced the group's
+ * mean of the next round, was applied and sent on (rank 0 ended round 2
+ * on 101.5 in a quarter of its replica, a round-1 value).
+ */
+Test(sync, hma_late_average_is_not_taken_for_the_next_round, .timeout = 180)
+{
+	struct job job = { .world = 6,
+			   .body = body_hma_late,
+			   .init = init_same };
+	float(*kept)[NPARAMS] =
+		mmap(NULL, sizeof(*kept) * MAXW, PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	cr_assert_neq(kept, MAP_FAILED);
+	job.aux = kept;
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.hierarchical_from = 6;
+	job.opts.round_timeout_ms = 300;
+	run(&job);
+	/* round 2's values are 200 to 205: any mean of them is >= 200 */
+	for (int r = 0; r < 6; r++)
+		for (int i = 0; i < NPARAMS; i++)
+			cr_assert(kept[r][i] >= 200.0f,
+				  "rank %d element %d after round 2: %f, a "
+				  "round-1 value",
+				  r, i, kept[r][i]);
+	munmap(kept, sizeof(*kept) * MAXW);
+}
+
 /* Prime members have no groups: flat; below the threshold too. */
 Test(sync, hma_only_where_groups_exist)
 {

@@ -15,7 +15,9 @@
  *   2. each writes piece q C + g' of that group mean to position q of
  *      group g' (reduce-scatter among the chunk's owners); each averages
  *      its piece over the groups: the mean of every member;
- *   3. each writes its piece to position q of every other group, and
+ *   3. each writes its piece to position q of every other group (into
+ *      an area of the inbox, a place per group and round parity, copied
+ *      into AVG when it came), and
  *   4. its chunk, whole now, to every other position of its group
  *      (all-gather both ways); then w += avg - snapshot, as the flat round.
  *
@@ -44,13 +46,30 @@ int ss__hma_group(int members)
 	return best;
 }
 
+static int ss_hma_from(const struct ss_sync *s)
+{
+	return s->opts.hierarchical_from ? s->opts.hierarchical_from :
+					   SS_SYNC_HIERARCHICAL_FROM;
+}
+
+bool ss__hma_possible(const struct ss_sync *s)
+{
+	return s->opts.algo == SS_SYNC_MA && ss_hma_from(s) > 0 &&
+	       s->world >= ss_hma_from(s);
+}
+
 bool ss__hma_wanted(const struct ss_sync *s)
 {
-	int from = s->opts.hierarchical_from ? s->opts.hierarchical_from :
-					       SS_SYNC_HIERARCHICAL_FROM;
-
-	return s->opts.algo == SS_SYNC_MA && from > 0 && s->n_members >= from &&
+	return ss__hma_possible(s) && s->n_members >= ss_hma_from(s) &&
 	       s->hma_group > 1;
+}
+
+/* Where group @g's average of our piece lands in our inbox this round. */
+static size_t ss_hma_piece_slot(const struct ss_sync *s, int g)
+{
+	return ss__hma_area_off(s->n, s->world) +
+	       (size_t)(s->round & 1) * ss__hma_half(s->n, s->world) +
+	       (size_t)g * s->shard_max;
 }
 
 struct ss_hma {
@@ -168,12 +187,27 @@ int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 	}
 	ss__average(s->avg + p_off, s->inbox + slot, parts, k, p_len);
 
-	/* 3. Our piece to position q of every other group; 4. the chunk to
-	 * the rest of our group once those pieces are in. */
+	/*
+	 * 3. Our piece to position q of every other group, into its inbox's
+	 * place for our group: not into its AVG, where one that came late
+	 * would land in a later round's group mean, which it sends on in
+	 * steps 2 and 4 and applies.  Each piece that came is copied into
+	 * our chunk; one that did not leaves the group's mean there.
+	 */
 	for (int i = 0; i < h.n_column; i++)
-		ss_hma_send(s, h.column[i], SS_R_AVG, p_off, SS_R_AVG, p_off,
-			    p_len, SS_MSG_MA_AVG, res);
+		ss_hma_send(s, h.column[i], SS_R_AVG, p_off, SS_R_INBOX,
+			    ss_hma_piece_slot(s, h.g), p_len, SS_MSG_MA_AVG,
+			    res);
 	ss__wait_msgs_from(s, SS_MSG_MA_AVG, h.column, h.n_column, deadline);
+	for (int i = 0; i < h.n_column; i++) {
+		int p = h.column[i], g = s->member_index[p] / h.G;
+		size_t len, off = ss_pieces(s, h.q * h.C + g, 1, &len);
+
+		if (ss__got(s, SS_MSG_MA_AVG, p))
+			ss__copy(s->avg + off,
+				 s->inbox + ss_hma_piece_slot(s, g), len);
+	}
+	/* 4. The chunk, whole now, to the rest of our group. */
 	for (int i = 0; i < h.n_group; i++)
 		ss_hma_send(s, h.group[i], SS_R_AVG, c_off, SS_R_AVG, c_off,
 			    c_len, SS_MSG_MA_AVG, res);

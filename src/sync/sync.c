@@ -63,12 +63,15 @@ static void ss_sync_defaults(struct ss_sync *s)
 }
 
 /* Floats in each region: one table for allocating and for sizing. */
-static size_t ss_region_floats(int region, size_t n, int world)
+static size_t ss_region_floats(int region, size_t n, int world, bool hma)
 {
 	switch (region) {
 	case SS_R_INBOX: /* 2 x M slots of ceil(n / M) floats for any M
-			  * members, then two barrier words per rank */
-		return 2 * (n + (size_t)world) + 2 * (size_t)world;
+			  * members, then two barrier words per rank, then
+			  * where hierarchical rounds may run their pieces'
+			  * averages (ss__hma_piece_off) */
+		return ss__hma_area_off(n, world) +
+		       (hma ? 2 * ss__hma_half(n, world) : 0);
 	case SS_R_STATE:
 		return ss__state_bytes(world) / sizeof(float);
 	case SS_R_SNAP: /* and the word a barrier sends, then a peer's
@@ -85,11 +88,12 @@ static size_t ss_region_floats(int region, size_t n, int world)
 size_t ss_sync_registered_bytes(size_t n, int world)
 {
 	const size_t page = 4096;
+	bool hma = world >= SS_SYNC_HIERARCHICAL_FROM;
 	size_t total = 0;
 
 	for (int i = 0; i < SS_R_COUNT; i++)
-		total += (ss_region_floats(i, n, world) * sizeof(float) + page -
-			  1) /
+		total += (ss_region_floats(i, n, world, hma) * sizeof(float) +
+			  page - 1) /
 			 page * page;
 	return total;
 }
@@ -167,7 +171,8 @@ static int ss_sync_alloc(struct ss_sync *s)
 		/* the whole replica; the rest sized for what is synchronized */
 		size_t floats = i == SS_R_PARAMS ?
 					s->len :
-					ss_region_floats(i, s->n, s->world);
+					ss_region_floats(i, s->n, s->world,
+							 ss__hma_possible(s));
 		int rc = ss_fabric_alloc(s->fabric, floats * sizeof(float),
 					 access[i], &s->r[i]);
 

@@ -314,6 +314,23 @@ static inline size_t ss__slot(const struct ss_sync *s, uint32_t parity,
 	       s->shard_max;
 }
 
+/*
+ * Hierarchical S-MA's area in the inbox, after the barrier words, where
+ * the other groups' averages of our chunk's pieces land (step 3), a half
+ * per round parity, a place of shard_max floats per group: C groups of
+ * G >= 2 take C ceil(n / M) <= (n + M) / 2 floats.  Only where
+ * hierarchical rounds may run (ss__hma_possible).
+ */
+static inline size_t ss__hma_area_off(size_t n, int world)
+{
+	return 2 * (n + (size_t)world) + 2 * (size_t)world;
+}
+
+static inline size_t ss__hma_half(size_t n, int world)
+{
+	return (n + (size_t)world + 1) / 2;
+}
+
 /* Where the barrier words start in the inbox, in floats: fixed. */
 static inline size_t ss__ctrl_off(const struct ss_sync *s)
 {
@@ -561,6 +578,9 @@ double ss__bmuf_eta_for(int members, double span);
 int ss__round_hma(struct ss_sync *s, struct ss__round_result *res);
 int ss__hma_group(int members);
 bool ss__hma_wanted(const struct ss_sync *s);
+/* whether any membership could run hierarchical rounds: the inbox then
+ * holds their area */
+bool ss__hma_possible(const struct ss_sync *s);
 int ss__round_easgd(struct ss_sync *s, struct ss__round_result *res);
 int ss__round_gossip(struct ss_sync *s, struct ss__round_result *res);
 void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round);
