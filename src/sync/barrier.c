@@ -386,7 +386,8 @@ int ss__barrier(struct ss_sync *s)
 			s->epoch[p] = ss_fabric_peer_epoch(s->fabric, p);
 			joins += s->joining[p];
 			s->joining[p] = false;
-			s->left[p] = false;
+			/* trainers read left[0] (claims.c) */
+			__atomic_store_n(&s->left[p], false, __ATOMIC_RELAXED);
 		}
 		if (!s->left[p])
 			s->paused[p] = false;

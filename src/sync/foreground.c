@@ -35,18 +35,27 @@ static void ss_fg_release(struct ss_sync *s)
 	pthread_cond_broadcast(&s->fg_cond);
 }
 
-/*
- * Wait until every trainer still taking part is here, at most 4 x the
- * round timeout + 5 s.  The last to come is the one that goes on first
- * (@last), like PTHREAD_BARRIER_SERIAL_THREAD.
- */
-static int ss_fg_wait(struct ss_sync *s, bool *last)
+/* 4 x the round timeout + 5 s from now, on CLOCK_MONOTONIC. */
+static struct timespec ss_fg_until(const struct ss_sync *s)
 {
 	uint64_t ns = ss_now_ns() + (4ull * __atomic_load_n(&s->timeout_ms,
 							    __ATOMIC_RELAXED) +
 				     5000) * 1000000ull;
-	struct timespec until = { (time_t)(ns / 1000000000u),
+
+	return (struct timespec){ (time_t)(ns / 1000000000u),
 				  (long)(ns % 1000000000u) };
+}
+
+/*
+ * Wait until every trainer still taking part is here, at most 4 x the
+ * round timeout + 5 s, and while the round runs (a barrier's takes longer
+ * than that when a peer is gone; every wait in it is bounded).  The last
+ * to come is the one that goes on first (@last), like
+ * PTHREAD_BARRIER_SERIAL_THREAD.
+ */
+static int ss_fg_wait(struct ss_sync *s, bool *last)
+{
+	struct timespec until = ss_fg_until(s);
 	unsigned generation;
 	int rc = 0;
 
@@ -57,8 +66,13 @@ static int ss_fg_wait(struct ss_sync *s, bool *last)
 		*last = true;
 		ss_fg_release(s);
 	}
-	while (!*last && generation == s->fg_generation && rc != ETIMEDOUT)
+	while (!*last && generation == s->fg_generation && rc != ETIMEDOUT) {
 		rc = pthread_cond_timedwait(&s->fg_cond, &s->fg_lock, &until);
+		if (rc == ETIMEDOUT && s->fg_running) {
+			until = ss_fg_until(s);
+			rc = 0;
+		}
+	}
 	if (!*last && generation != s->fg_generation && s->fg_need_last) {
 		/* released by a trainer leaving: one of us goes first */
 		s->fg_need_last = false;
@@ -89,8 +103,15 @@ int ss_sync_foreground(struct ss_sync *s)
 	rc = ss_fg_wait(s, &last);
 	if (rc < 0)
 		return rc;
-	if (last)
+	if (last) {
+		pthread_mutex_lock(&s->fg_lock);
+		s->fg_running = true;
+		pthread_mutex_unlock(&s->fg_lock);
 		s->fg_rc = ss_sync_round(s);
+		pthread_mutex_lock(&s->fg_lock);
+		s->fg_running = false;
+		pthread_mutex_unlock(&s->fg_lock);
+	}
 	rc = ss_fg_wait(s, &last);
 	return rc < 0 ? rc : s->fg_rc;
 }

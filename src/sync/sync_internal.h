@@ -266,6 +266,7 @@ struct ss_sync {
 	pthread_cond_t fg_cond;
 	bool fg_init;
 	bool fg_need_last; /* released by a leave: the first awake goes on */
+	bool fg_running; /* the last to come runs the round: wait for it */
 	int trainers; /* still taking part */
 	int fg_waiting;
 	unsigned fg_generation;
