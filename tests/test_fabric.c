@@ -336,6 +336,46 @@ Test(fabric, the_loopback_comes_back_after_an_error, .timeout = 120)
 	cr_assert_eq(run_job(&job), 0);
 }
 
+/*
+ * A peer failed by ss_fabric_fail_peer() while it lives hears of it, as
+ * it does over verbs from its queue pair: both sides reconnect, both count
+ * a new epoch, and immediates go through again both ways.  Over shm it
+ * was never told: it went on sending into a ring its peer had emptied,
+ * its peer counted a new process, and it kept the old epoch.
+ */
+static int body_fail_a_live_peer(struct rank_ctx *c, struct job *job)
+{
+	int peer = 1 - c->rank;
+	uint32_t was = ss_fabric_peer_epoch(c->f, peer);
+	struct ss_completion comp;
+
+	(void)job;
+	if (c->rank == 0)
+		ss_fabric_fail_peer(c->f, 1, "failed by the test");
+	for (int i = 0; i < 300 && !(ss_fabric_peer_ok(c->f, peer) &&
+				     ss_fabric_peer_epoch(c->f, peer) > was);
+	     i++) {
+		int n = ss_fabric_poll(c->f, &comp, 1, 50);
+
+		c->marks += n == 1 && comp.op == SS_OP_RECV_IMM &&
+			    comp.imm == FINAL_MARK;
+	}
+	fail_if(!ss_fabric_peer_ok(c->f, peer) ||
+			ss_fabric_peer_epoch(c->f, peer) != was + 1,
+		"peer %d: ok %d, epoch %u (was %u)", peer,
+		ss_fabric_peer_ok(c->f, peer), ss_fabric_peer_epoch(c->f, peer),
+		was);
+	return finish_together(c);
+}
+
+Test(fabric, a_live_peer_failed_is_told_and_both_reconnect, .timeout = 120)
+{
+	struct job job = { .world = 2, .body = body_fail_a_live_peer };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
 Test(fabric, fetch_add_hands_out_every_number_once, .timeout = 240)
 {
 	struct job job = { .world = 3, .body = body_fetch_add };

@@ -198,17 +198,19 @@ bool ss_fabric_peer_ok(const struct ss_fabric *fabric, int peer);
  * ss_fabric_fail_peer() - mark @peer failed now, with @why in the report:
  * for a caller whose operations to it have stayed unanswered far longer
  * than a live peer takes (a host that died, or a link that is down,
- * answers nothing and sends no disconnect).  Its connection is torn down,
- * what is in flight to it completes with SS_EPEER, and it is retried in
- * the background as any failed peer.
+ * answers nothing and sends no disconnect).  Its connection is torn down
+ * (the peer, if it lives, finds its side failed too), what is in flight
+ * to it completes with SS_EPEER, and it is retried in the background as
+ * any failed peer.
  */
 void ss_fabric_fail_peer(struct ss_fabric *fabric, int peer, const char *why);
 
 /*
  * ss_fabric_peer_epoch() - how many times @peer has connected: 1 after
  * ss_fabric_connect(), one more each time it comes back; 0 before.  A
- * changed epoch means another process, whose memory holds nothing of the
- * old one's.
+ * changed epoch means a new connection: another process, whose memory
+ * holds nothing of the old one's, or the same one after a link was lost
+ * or either side called ss_fabric_fail_peer() (both sides count it).
  */
 uint32_t ss_fabric_peer_epoch(const struct ss_fabric *fabric, int peer);
 

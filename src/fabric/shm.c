@@ -68,6 +68,7 @@ struct ss_shm_peer {
 	size_t ctl_len;
 	void *maps[SS_FABRIC_MAX_REGIONS];
 	int32_t pid; /* the process mapped */
+	uint64_t start; /* and its start time (a pid can be reused) */
 	uint32_t knock_tried; /* the last process that attached to us, tried */
 	bool remapped; /* failed, and a new process of it mapped */
 	uint64_t alive_ns; /* when its process was last seen alive */
@@ -480,6 +481,18 @@ static int ss_shm_check_refused(struct ss_fabric *f, int p)
 			    p, f->peers[p].addr);
 }
 
+/* Drop what is in our ring from @p: nobody waits for it any more. */
+static void ss_shm_drop_ring(struct ss_fabric *f, int p)
+{
+	struct ss_shm_ring *ring =
+		&((struct ss_shm *)f->backend)->ctl->rings[p];
+
+	atomic_store_explicit(
+		&ring->head,
+		atomic_load_explicit(&ring->tail, memory_order_acquire),
+		memory_order_release);
+}
+
 /* One attempt at mapping a peer: 1 mapped, 0 retry later, or < 0. */
 static int ss_shm_try_peer(struct ss_fabric *f, int p,
 			   const struct ss__hello *mine)
@@ -515,8 +528,17 @@ static int ss_shm_try_peer(struct ss_fabric *f, int p,
 	rc = ss_shm_map_regions(f, p);
 	if (rc < 0)
 		return rc;
+	/*
+	 * Another process than the one mapped before: nobody waits for what
+	 * the old one sent.  The new one cannot have sent anything yet: it
+	 * waits for us to attach first.  (The same process, reconnecting
+	 * after ss_fabric_fail_peer, may have: that is kept.)
+	 */
+	if (sp->ctl->pid != sp->pid || sp->ctl->start != sp->start)
+		ss_shm_drop_ring(f, p);
 	/* Tell the peer we are here; connected once it has said so too. */
 	sp->pid = sp->ctl->pid;
+	sp->start = sp->ctl->start;
 	sp->alive_ns = 0; /* a new process: look at it at once */
 	atomic_store_explicit(&sp->ctl->rings[f->opts.rank].attached,
 			      (uint32_t)getpid(), memory_order_release);
@@ -618,6 +640,11 @@ static int ss_shm_check_peer(struct ss_fabric *f, int p)
 	if (atomic_load_explicit(&ctl->state, memory_order_acquire) ==
 	    SS_SHM_CLOSED)
 		return ss__peer_fail(f, p, "it disconnected");
+	/* it failed us (ss_fabric_fail_peer): we reconnect, as it does */
+	if (atomic_load_explicit(&ctl->rings[f->opts.rank].attached,
+				 memory_order_acquire) !=
+	    (uint32_t)((struct ss_shm *)f->backend)->ctl->pid)
+		return ss__peer_fail(f, p, "it dropped our connection");
 	/*
 	 * Whether its process lives costs a kill() and a read of /proc: once
 	 * a millisecond, not for every operation (a batch of row READs posts
@@ -766,12 +793,14 @@ static int ss_shm_poll(struct ss_fabric *f, struct ss_completion *out, int max)
 	return n;
 }
 
-/* Forget a failed peer's old process: its mappings and its immediates. */
+/*
+ * Forget a failed peer's mappings (its immediates: ss_shm_try_peer, once
+ * it knows whether the process it maps is another).
+ */
 static void ss_shm_forget(struct ss_fabric *f, int p)
 {
 	struct ss_shm *s = f->backend;
 	struct ss_shm_peer *sp = &s->peers[p];
-	struct ss_shm_ring *ring = &s->ctl->rings[p];
 
 	for (int i = 0; i < f->peers[p].n_regions; i++) {
 		if (sp->maps[i])
@@ -781,14 +810,6 @@ static void ss_shm_forget(struct ss_fabric *f, int p)
 	if (sp->ctl)
 		munmap(sp->ctl, sp->ctl_len);
 	sp->ctl = NULL;
-	/*
-	 * Nobody waits for what the old process sent.  A new one cannot have
-	 * sent anything yet: it waits for us to attach first.
-	 */
-	atomic_store_explicit(
-		&ring->head,
-		atomic_load_explicit(&ring->tail, memory_order_acquire),
-		memory_order_release);
 }
 
 /*
@@ -886,9 +907,22 @@ static void ss_shm_close(struct ss_fabric *f)
 	f->backend = NULL;
 }
 
-/* Over shm operations complete as they are posted: nothing is in flight. */
+/*
+ * Over shm operations complete as they are posted: nothing is in flight.
+ * The peer is told, as a verbs peer is by its queue pair's error: its
+ * place in our ring is let go, which its next operation or look at us
+ * finds (ss_shm_check_peer); both sides then reconnect, and both count a
+ * new epoch.  (Unseen, it went on sending into a ring we emptied, while
+ * we took it for a new process.)  What it sends once it is back with us
+ * waits in the ring until we are back with it.
+ */
 static void ss_shm_fail_peer(struct ss_fabric *f, int p, const char *why)
 {
+	struct ss_shm *s = f->backend;
+
+	atomic_store_explicit(&s->ctl->rings[p].attached, 0,
+			      memory_order_release);
+	ss_shm_drop_ring(f, p); /* as a failed queue pair flushes */
 	ss__peer_fail(f, p, "%s", why);
 }
 
