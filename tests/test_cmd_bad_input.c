@@ -116,6 +116,27 @@ Test(cmd_bad_input, a_malformed_test_file)
 		  out);
 }
 
+/*
+ * An option getopt refuses is named with its reason, by every command,
+ * with status 2: shm-clean and reshard returned -1000 as their status
+ * (24), gen-data and topo printed no error line, and an ambiguous prefix
+ * or a missing value was called an unknown option.
+ */
+Test(cmd_bad_input, refused_options_say_why)
+{
+	refused(2, "error: --dat: ambiguous: it begins several options", true,
+		"train --dat train.txt");
+	refused(2, "error: --data: it needs a value", true, "train --data");
+	refused(2, "shm-clean: error: --dryrun: unknown option", true,
+		"shm-clean --dryrun");
+	refused(2, "reshard: error: --verbose: unknown option", true,
+		"reshard --verbose");
+	refused(2, "gen-data: error: --outt: unknown option", true,
+		"gen-data --outt x.txt");
+	refused(2, "topo: error: --bogus: unknown option", true,
+		"topo --bogus");
+}
+
 Test(cmd_bad_input, a_folder_as_data)
 {
 	refused(2, "--data '.': it is a folder", true,

@@ -177,7 +177,7 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 			ss_doctor_usage(stdout);
 			return 1;
 		default:
-			return ss_cmd_unknown_option("doctor", argv);
+			return ss_cmd_unknown_option("doctor", argv, options);
 		}
 		if (rc < 0)
 			return rc;

@@ -156,10 +156,9 @@ int ss_cmd_gen_data(int argc, char **argv)
 			ss_gen_usage(stdout);
 			return SS_EXIT_OK;
 		default:
-			fprintf(stderr,
-				"%s: hint: 'shadowsync gen-data --help' lists the options\n",
-				ss_gen_prog);
-			return SS_EXIT_USAGE;
+			return ss_cmd_fail(ss_gen_prog,
+					   ss_cmd_unknown_option(
+						   "gen-data", argv, options));
 		}
 		if (rc < 0)
 			return ss_cmd_fail(ss_gen_prog, rc);

@@ -296,7 +296,7 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 			ss_launch_usage(stdout);
 			return 1;
 		default:
-			return ss_cmd_unknown_option("launch", argv);
+			return ss_cmd_unknown_option("launch", argv, options);
 		}
 		if (rc < 0)
 			return rc;

@@ -330,7 +330,9 @@ int ss_cmd_reshard(int argc, char **argv)
 			ss_reshard_usage(stdout);
 			return SS_EXIT_OK;
 		default:
-			return ss_cmd_unknown_option("reshard", argv);
+			return ss_cmd_fail(ss_reshard_prog,
+					   ss_cmd_unknown_option(
+						   "reshard", argv, options));
 		}
 	}
 	if (rc == 0)

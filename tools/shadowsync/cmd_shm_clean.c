@@ -83,7 +83,9 @@ int ss_cmd_shm_clean(int argc, char **argv)
 			ss_clean_usage(stdout);
 			return SS_EXIT_OK;
 		default:
-			return ss_cmd_unknown_option("shm-clean", argv);
+			return ss_cmd_fail(ss_clean_prog,
+					   ss_cmd_unknown_option(
+						   "shm-clean", argv, options));
 		}
 		if (rc < 0)
 			return ss_cmd_fail(ss_clean_prog, rc);

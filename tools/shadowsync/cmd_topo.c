@@ -157,10 +157,9 @@ int ss_cmd_topo(int argc, char **argv)
 			ss_topo_usage(stdout);
 			return SS_EXIT_OK;
 		default:
-			fprintf(stderr,
-				"%s: hint: 'shadowsync topo --help' lists the options\n",
-				ss_topo_prog);
-			return SS_EXIT_USAGE;
+			return ss_cmd_fail(
+				ss_topo_prog,
+				ss_cmd_unknown_option("topo", argv, options));
 		}
 	}
 	if (optind < argc) {

@@ -3,6 +3,8 @@
 #ifndef SS_COMMAND_H
 #define SS_COMMAND_H
 
+#include <getopt.h>
+
 /* Exit statuses shared by every subcommand. */
 enum {
 	SS_EXIT_OK = 0,
@@ -28,7 +30,8 @@ int ss_cmd_fail(const char *prog, int code);
 struct ss_model_config;
 
 /* ss_cmd_unknown_option() - the error for the option getopt refused. */
-int ss_cmd_unknown_option(const char *command, char **argv);
+int ss_cmd_unknown_option(const char *command, char **argv,
+			  const struct option *options);
 
 /* ss_cmd_no_more_args() - 0, or the error for an argument left over. */
 int ss_cmd_no_more_args(int argc, char **argv);

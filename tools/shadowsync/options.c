@@ -6,14 +6,30 @@
 #include "command.h"
 #include "shadowsync/shadowsync.h"
 
-int ss_cmd_unknown_option(const char *command, char **argv)
+int ss_cmd_unknown_option(const char *command, char **argv,
+			  const struct option *options)
 {
+	const char *arg = argv[optind - 1], *name = arg + strspn(arg, "-"),
+		   *why = "unknown option";
+	size_t len = strcspn(name, "=");
 	char hint[96];
+	int begun = 0;
 
+	/* getopt refuses a long option it does not know, one that begins
+	 * several (it takes prefixes), and one given without its value */
+	for (const struct option *o = options; arg[1] == '-' && o->name; o++)
+		if (!strncmp(o->name, name, len)) {
+			if (strlen(o->name) == len) {
+				why = "it needs a value";
+				break;
+			}
+			why = ++begun > 1 ? "ambiguous: it begins several "
+					    "options" :
+					    why;
+		}
 	snprintf(hint, sizeof(hint), "'shadowsync %s --help' lists the options",
 		 command);
-	return ss_error_set(SS_EUSAGE, "unknown option", hint, "%s",
-			    argv[optind - 1]);
+	return ss_error_set(SS_EUSAGE, why, hint, "%s", arg);
 }
 
 int ss_cmd_no_more_args(int argc, char **argv)

@@ -449,7 +449,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			ss_train_usage(stdout);
 			return 1;
 		default:
-			return ss_cmd_unknown_option("train", argv);
+			return ss_cmd_unknown_option("train", argv, options);
 		}
 		if (rc < 0)
 			return rc;
