@@ -757,8 +757,10 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 					       (s->world - 1);
 	if (k) {
 		qsort(lat, k, sizeof(double), ss_cmp_double);
-		st->round_p50_us = lat[k / 2];
-		st->round_p99_us = lat[(size_t)((double)(k - 1) * 0.99)];
+		/* nearest rank, ceil(q k): p99 is the largest below 100
+		 * rounds (it was below p50 with 2) */
+		st->round_p50_us = lat[(k + 1) / 2 - 1];
+		st->round_p99_us = lat[(size_t)ceil(0.99 * (double)k) - 1];
 	}
 }
 
