@@ -98,7 +98,7 @@ Test(cmd_bad_input, a_malformed_test_file)
 	cr_assert_eq(cmd_run(out, sizeof(out),
 			     "cd %s && (echo garbage; head -50 train.txt; "
 			     "echo more garbage) > t.txt && echo garbage > "
-			     "g.txt",
+			     "g.txt && tail -n +2 t.txt > late.txt",
 			     dir),
 		     0);
 	refused(1, "error: g.txt:1: field 1 (label) 'garbage'", true,
@@ -106,6 +106,14 @@ Test(cmd_bad_input, a_malformed_test_file)
 	refused(1, "error: --test 'g.txt': no examples in it", true,
 		"train " MODEL " --data train.txt --test g.txt "
 		"--bad-lines skip");
+	/* a bad line further in fails the evaluation, after the training,
+	 * whose summary is printed all the same (it was lost) */
+	refused(1, "error: late.txt:51: field 1 (label) 'more", false,
+		"train " MODEL " --data train.txt --test late.txt --sync none "
+		"--progress 0 --json");
+	refused(1, "{\"rank\":0,\"world\":1,\"examples\":", false,
+		"train " MODEL " --data train.txt --test late.txt --sync none "
+		"--progress 0 --json");
 	cr_assert_eq(cmd_run(out, sizeof(out),
 			     "cd %s && %s train " MODEL
 			     " --data train.txt --test t.txt --bad-lines skip "

@@ -779,11 +779,10 @@ static void bmuf_recurrence(bool nesterov)
 	/* percentiles by nearest rank: of two rounds, p99 is the longer
 	 * (it was the shorter, below p50) */
 	for (int r = 0; r < 3; r++)
-		cr_assert_geq(job.stats[r].round_p99_us,
-			      job.stats[r].round_p50_us,
-			      "rank %d: p99 %.0f us, p50 %.0f us", r,
-			      job.stats[r].round_p99_us,
-			      job.stats[r].round_p50_us);
+		cr_assert_geq(
+			job.stats[r].round_p99_us, job.stats[r].round_p50_us,
+			"rank %d: p99 %.0f us, p50 %.0f us", r,
+			job.stats[r].round_p99_us, job.stats[r].round_p50_us);
 }
 
 Test(sync, bmuf_follows_its_recurrence, .timeout = 180)

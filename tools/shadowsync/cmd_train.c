@@ -27,6 +27,8 @@ int ss_cmd_train(int argc, char **argv)
 	struct ss_sync *sync = NULL;
 	struct ss_train_result res = { 0 };
 	struct ss_metrics test = { 0 };
+	struct ss_error eval_err;
+	int eval_rc = 0;
 	struct ss_progress prog = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	pthread_condattr_t cond_attr;
 	pthread_t prog_thread = 0;
@@ -265,16 +267,26 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_table_barrier(c.table, 600000);
 	if (rc == 0 && c.save)
 		rc = ss_train_save(&c, params, res.examples);
-	if (rc == 0 && c.test)
-		rc = ss_evaluate(&c.model, params, c.table, c.test,
-				 c.train.bad_lines, &test, &c.test_skipped);
-	/* and our shard outlives the others' evaluation */
+	if (rc == 0 && c.test) {
+		eval_rc =
+			ss_evaluate(&c.model, params, c.table, c.test,
+				    c.train.bad_lines, &test, &c.test_skipped);
+		if (eval_rc < 0)
+			eval_err = *ss_last_error();
+	}
+	/* and our shard outlives the others' evaluation, ours failed or not */
 	if (rc == 0 && c.table)
 		rc = ss_table_barrier(c.table, 600000);
 	if (rc < 0)
 		goto out;
 
-	ss_train_report(&c, sync, &res, &test, len);
+	/* the training's summary stands when its evaluation failed */
+	ss_train_report(&c, sync, &res, eval_rc < 0 ? NULL : &test, len);
+	if (eval_rc < 0)
+		rc = ss_error_set(eval_rc,
+				  eval_err.why[0] ? eval_err.why : NULL,
+				  eval_err.hint[0] ? eval_err.hint : NULL, "%s",
+				  eval_err.what);
 out:
 	ss_progress_stop(&prog, prog_thread, &prog_started);
 	pthread_cond_destroy(&prog.cond);

@@ -256,7 +256,11 @@ void ss_train_metrics_end(struct ss_train_cmd *c, struct ss_sync *sync,
 /* ss_train_metrics_on_signal() - remove a half-written FILE.tmp. */
 void ss_train_metrics_on_signal(void);
 
-/* ss_train_report() - the summary: text, or one JSON line with --json. */
+/*
+ * ss_train_report() - the summary: text, or one JSON line with --json;
+ * held-out figures from @test, none when it is NULL (its evaluation
+ * failed).
+ */
 void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		     const struct ss_train_result *res,
 		     const struct ss_metrics *test, size_t len);

@@ -132,7 +132,7 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			ss_table_report_json(c, res);
 		if (c->load)
 			printf(",\"resumed_examples\":%" PRIu64, c->resumed);
-		if (c->test) {
+		if (c->test && test) {
 			printf(",\"test_ne\":");
 			ss_json_double(stdout, "%.6f", test->ne);
 			printf(",\"test_auc\":");
@@ -180,7 +180,7 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		if (c->split == 0)
 			printf("trained %" PRIu64 " chunks of the data\n",
 			       res->ranges);
-		if (c->test)
+		if (c->test && test)
 			printf("held-out: NE %.4f, AUC %.4f, calibration %.3f "
 			       "over %" PRIu64 " examples%s\n",
 			       test->ne, test->auc, test->calibration,
