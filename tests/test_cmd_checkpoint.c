@@ -318,4 +318,9 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 		     1, "%s", out);
 	cr_assert(strstr(out, "(rank 1 of 4): it is a shard of this model"),
 		  "%s", out);
+	/* the way out it gives is one (it sent to reshard, which makes
+	 * shards again) */
+	cr_assert(strstr(out, "load shards with --tables sharded and --load "
+			      "'PATH.{rank}', in a job of 4 ranks"),
+		  "%s", out);
 }

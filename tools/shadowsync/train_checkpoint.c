@@ -145,18 +145,22 @@ static bool ss_shard_of(uint64_t model_hash, uint64_t hash, int *w, int *r)
 int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash)
 {
 	uint64_t hash, n, examples;
+	char hint[256];
 	int w, r;
 
 	if (rc != SS_ELAYOUT ||
 	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0 ||
 	    !ss_shard_of(model_hash, hash, &w, &r))
 		return rc;
-	return ss_error_set(SS_ELAYOUT,
-			    "it is a shard of this model, not the whole model",
-			    "load shards with --tables sharded in a job of "
-			    "that size (--load 'PATH.{rank}'), or join them "
-			    "first: shadowsync reshard --new-ranks 1",
-			    "checkpoint '%s' (rank %d of %d)", path, r, w);
+	/* reshard re-divides shards; it does not make a whole model */
+	snprintf(hint, sizeof(hint),
+		 "load shards with --tables sharded and --load 'PATH.{rank}', "
+		 "in a job of %d rank%s (for another size, re-divide them: "
+		 "shadowsync reshard --new-ranks N)",
+		 w, w == 1 ? "" : "s");
+	return ss_error_set(
+		SS_ELAYOUT, "it is a shard of this model, not the whole model",
+		hint, "checkpoint '%s' (rank %d of %d)", path, r, w);
 }
 
 int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,

@@ -483,7 +483,10 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 	    ((c->save && !strstr(c->save, "{rank}")) ||
 	     (c->load && !strstr(c->load, "{rank}"))))
 		return ss_error_set(
-			SS_EUSAGE, "every rank saves its own shard",
+			SS_EUSAGE,
+			c->save && !strstr(c->save, "{rank}") ?
+				"every rank saves its own shard" :
+				"every rank loads its own shard",
 			"put {rank} in the path: 'ckpt.{rank}' (or train with "
 			"--tables replicated, whose ranks hold the same model)",
 			"%s with --tables sharded%s",
