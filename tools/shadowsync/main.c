@@ -45,7 +45,8 @@ static void ss_usage(FILE *out)
 	fprintf(out,
 		"\n"
 		"Run 'shadowsync COMMAND --help' for the options of a command.\n"
-		"Logging: SS_LOG=error|warn|info|debug (default warn), or --verbose.\n");
+		"Logging: SS_LOG=error|warn|info|debug (default warn), or train and topo's\n"
+		"--verbose.\n");
 }
 
 int ss_cmd_fail(const char *prog, int code)
@@ -69,6 +70,9 @@ int main(int argc, char **argv)
 		printf("shadowsync %s\n", SS_VERSION_STRING);
 		return SS_EXIT_OK;
 	}
+	/* SS_LOG read now: a bad value is said by every command, not only
+	 * by those that log something */
+	(void)ss_log_level();
 	for (int i = 0; i < SS_NR_COMMANDS; i++)
 		if (!strcmp(argv[1], ss_commands[i].name))
 			return ss_commands[i].run(argc - 1, argv + 1);
