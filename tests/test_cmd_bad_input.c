@@ -143,6 +143,12 @@ Test(cmd_bad_input, refused_options_say_why)
 		"gen-data --outt x.txt");
 	refused(2, "topo: error: --bogus: unknown option", true,
 		"topo --bogus");
+	/* options that were ignored without a word */
+	refused(2, "--peers and --hostfile: give one or the other", true,
+		"train " MODEL " --data train.txt --peers 127.0.0.1:7000 "
+		"--hostfile nofile");
+	refused(2, "--sync-every: only with --mode foreground", true,
+		"train " MODEL " --data train.txt --sync-every 5");
 }
 
 Test(cmd_bad_input, a_folder_as_data)

@@ -221,7 +221,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	long v;
 	double d;
 	int opt, i, rc = 0;
-	bool lr_given = false;
+	bool lr_given = false, every_given = false;
 
 	ss_model_config_init(&c->model);
 	ss_train_options_init(&c->train);
@@ -324,6 +324,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_parse_long("--sync-every", optarg, 1, 1L << 30,
 					   &v);
 			c->train.sync_every = (int)v;
+			every_given = true;
 			break;
 		case OPT_ALPHA:
 			rc = ss_parse_double("--alpha", optarg, 1e-6, 1,
@@ -465,6 +466,18 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
 				    "--save-every");
+	/* one list of peers: the other was ignored, not even opened */
+	if (c->peers && c->hostfile)
+		return ss_error_set(SS_EUSAGE, "give one or the other",
+				    "the peers come from --peers or from a "
+				    "host file, not both",
+				    "--peers and --hostfile");
+	if (every_given && !c->foreground)
+		return ss_error_set(SS_EUSAGE, "only with --mode foreground",
+				    "the shadow thread runs its rounds on its "
+				    "own: give --mode foreground for rounds "
+				    "every K steps",
+				    "--sync-every");
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);
