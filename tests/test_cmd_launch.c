@@ -502,10 +502,11 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-- train --data x", "-n: it is required" },
 		{ "-n 0 -- train --data x", "--ranks" },
 		{ "-n 2 -- train --data x --rank 1", "train option --rank" },
+		{ "-n 2", "launch: nothing to run" },
 		{ "-n 2 -- train --data x --peers a:1",
 		  "train option --peers" },
 		{ "-n 2 -- train --data x --transport shm",
-		  "train option --transport (--transport): launch sets it for "
+		  "train option --transport: launch sets it for "
 		  "each rank" },
 		/* shortened, as train's getopt_long would take them */
 		{ "-n 2 -- train --data x --trans verbs",

@@ -215,7 +215,9 @@ static int ss_hostfile_line(const char *path, int lineno, char *s, int port,
 			"%s:%d: byte 0x%02x after '%.*s'", path, lineno,
 			(unsigned char)*ctl, (int)(ctl - s), s);
 	if (strpbrk(s, " \t"))
-		return ss_error_set(SS_EUSAGE, "one host[:port] per line", NULL,
+		return ss_error_set(SS_EUSAGE, "one host[:port] per line",
+				    "an mpirun host file ('slots=') is another "
+				    "file: give train the ranks' addresses",
 				    "%s:%d: '%s'", path, lineno, s);
 	/* a port after a host name, an IPv4 address or [an IPv6 one] */
 	colon = strrchr(s, ':');
@@ -284,7 +286,8 @@ int ss_hostfile_read(const char *path, int port, char ***addrs, int *n)
 	free(line);
 	fclose(f);
 	if (rc == 0 && *n == 0)
-		rc = ss_error_set(SS_EUSAGE, "no hosts in it", NULL,
+		rc = ss_error_set(SS_EUSAGE, "no hosts in it",
+				  "one host[:port] a line, in rank order",
 				  "host file '%s'", path);
 	if (rc < 0)
 		ss_strings_free(addrs, *n);

@@ -258,8 +258,10 @@ static int ss_verbs_open(struct ss_fabric *f)
 	if (!v->channel) {
 		rc = ss_error_set(
 			-errno, NULL,
-			"load the RDMA modules (modprobe rdma_ucm) and check /dev/infiniband",
-			"rdma_create_event_channel");
+			"no RDMA on this host? ranks on one machine run over "
+			"--transport shm; else load the RDMA modules (modprobe "
+			"rdma_ucm) and check /dev/infiniband",
+			"verbs: rdma_create_event_channel");
 		goto err;
 	}
 	if (rdma_create_id(v->channel, &v->listen, NULL, RDMA_PS_TCP)) {

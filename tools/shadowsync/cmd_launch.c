@@ -152,20 +152,34 @@ static int ss_launch_check_train_args(int argc, char **argv)
 #undef SS_GIVE_IT_TO_LAUNCH
 #undef SS_LAUNCH_NUMBERS
 
-	if (argc < 1 || strcmp(argv[0], "train"))
+	if (argc < 1)
+		return ss_error_set(
+			SS_EUSAGE, "nothing to run",
+			"shadowsync launch -n N -- train --data FILE ...",
+			"launch");
+	if (strcmp(argv[0], "train"))
 		return ss_error_set(
 			SS_EUSAGE, "launch runs 'train'",
 			"shadowsync launch -n N -- train --data FILE ...",
-			"'%s' after --", argc ? argv[0] : "(nothing)");
+			"'%s' after --", argv[0]);
 	for (int i = 1; i < argc; i++)
-		for (int k = 0; owned[k].name; k++)
-			if (ss_launch_names(argv[i], owned[k].name))
+		for (int k = 0; owned[k].name; k++) {
+			int len = (int)strcspn(argv[i], "=");
+
+			if (!ss_launch_names(argv[i], owned[k].name))
+				continue;
+			/* the spelling given, where it is not the name */
+			if ((size_t)len == strlen(owned[k].name))
 				return ss_error_set(
 					SS_EUSAGE,
 					"launch sets it for each rank",
-					owned[k].hint, "train option %s (%.*s)",
-					owned[k].name,
-					(int)strcspn(argv[i], "="), argv[i]);
+					owned[k].hint, "train option %s",
+					owned[k].name);
+			return ss_error_set(
+				SS_EUSAGE, "launch sets it for each rank",
+				owned[k].hint, "train option %s (%.*s)",
+				owned[k].name, len, argv[i]);
+		}
 	return 0;
 }
 

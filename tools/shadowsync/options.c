@@ -35,7 +35,10 @@ int ss_cmd_unknown_option(const char *command, char **argv,
 int ss_cmd_no_more_args(int argc, char **argv)
 {
 	if (optind < argc)
-		return ss_error_set(SS_EUSAGE, "unexpected argument", NULL,
+		return ss_error_set(SS_EUSAGE, "unexpected argument",
+				    "the command takes options only, each "
+				    "file after its option (train --data "
+				    "FILE); its --help lists them",
 				    "'%s'", argv[optind]);
 	return 0;
 }
