@@ -7,12 +7,67 @@
  * fetch-adds are posted and completed by whichever thread drives the
  * fabric (a round's waits, the shadow thread, or the asking trainer
  * itself when nobody does), so trainers never share the fabric's queues.
+ *
+ * A rank 0 started again (launch --restarts) has a new counter, at 0:
+ * claimed from at once, it handed out the chunks from the first again
+ * (a 1-epoch job trained 1.5 times its file).  So the others claim from a
+ * connection of rank 0 only once its state says its counter is ready,
+ * and a restarted rank 0 sets its counter, while it joins, from the
+ * highest chunk the others say they have claimed (each shows its own in
+ * its state).  A chunk whose claim was in flight when rank 0 died may
+ * go untrained, and one the dead rank 0 was training, past the others'
+ * highest, is trained again.
  */
 #include <byteswap.h>
+#include <endian.h>
 #include <errno.h>
+#include <stddef.h>
+#include <string.h>
 #include <time.h>
 
 #include "sync_internal.h"
+
+/* Our highest claim into our state, with rank 0's readiness kept. */
+static void ss_claims_show(struct ss_sync *s)
+{
+	uint32_t was = be32toh(s->state->claims);
+
+	s->state->claims =
+		htobe32((was & SS_STATE_COUNTER_READY) | s->claims_high);
+}
+
+void ss__claims_ready(struct ss_sync *s)
+{
+	__atomic_store_n(
+		&s->state->claims,
+		htobe32(be32toh(s->state->claims) | SS_STATE_COUNTER_READY),
+		__ATOMIC_RELEASE);
+}
+
+/*
+ * Whether rank 0's present connection has shown its counter ready; if
+ * not, READ its state (again once SS_CLAIM_CHECK_NS passed).  Under
+ * claim_lock.
+ */
+#define SS_CLAIM_CHECK_NS (20 * 1000000ull)
+static bool ss_counter_ready(struct ss_sync *s)
+{
+	uint32_t epoch = ss_fabric_peer_epoch(s->fabric, 0);
+
+	if (s->rank == 0 || s->counter_epoch == epoch)
+		return true;
+	if (s->check_in_flight || ss_now_ns() < s->check_retry_ns)
+		return false;
+	if (ss_fabric_read(s->fabric, 0, s->r[SS_R_CLAIMS],
+			   8 * (1 + SS_CLAIM_CHECK), SS_R_STATE,
+			   offsetof(struct ss__state, claims), sizeof(uint32_t),
+			   SS_WR_ID(0, SS_WR_CLAIM) | (uint64_t)SS_CLAIM_CHECK
+							      << 40) == 0) {
+		s->check_in_flight = true;
+		s->check_epoch = epoch;
+	}
+	return false;
+}
 
 void ss__claims_post(struct ss_sync *s)
 {
@@ -23,6 +78,10 @@ void ss__claims_post(struct ss_sync *s)
 	if (s->rank != 0 && !ss_fabric_peer_ok(s->fabric, 0))
 		return;
 	pthread_mutex_lock(&s->claim_lock);
+	if (!ss_counter_ready(s)) {
+		pthread_mutex_unlock(&s->claim_lock);
+		return;
+	}
 	for (int i = 0;
 	     i < SS_CLAIM_SLOTS &&
 	     s->claims_wanted > s->claims_in_flight + (int)s->claim_count;
@@ -40,10 +99,37 @@ void ss__claims_post(struct ss_sync *s)
 	pthread_mutex_unlock(&s->claim_lock);
 }
 
+/* Rank 0's readiness READ, or our own seeding fetch-add, completed. */
+static void ss_claims_control_done(struct ss_sync *s,
+				   const struct ss_completion *c, int i)
+{
+	uint32_t word;
+
+	pthread_mutex_lock(&s->claim_lock);
+	if (i == SS_CLAIM_SEED) {
+		s->seed_done = true;
+		s->seed_status = c->status;
+	} else {
+		memcpy(&word, &s->claim_words[1 + SS_CLAIM_CHECK],
+		       sizeof(word));
+		s->check_in_flight = false;
+		if (c->status == 0 && (be32toh(word) & SS_STATE_COUNTER_READY))
+			s->counter_epoch = s->check_epoch;
+		else
+			s->check_retry_ns = ss_now_ns() + SS_CLAIM_CHECK_NS;
+	}
+	pthread_mutex_unlock(&s->claim_lock);
+}
+
 void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 {
 	int i = SS_WR_CLAIM_SLOT(c->wr_id);
 	uint64_t v = s->claim_words[1 + i];
+
+	if (i >= SS_CLAIM_SLOTS) {
+		ss_claims_control_done(s, c, i);
+		return;
+	}
 
 	/*
 	 * Some NICs reply in big-endian on little-endian hosts; counts stay
@@ -68,6 +154,10 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 		s->claim_queue[(s->claim_head + s->claim_count) %
 			       SS_CLAIM_QUEUE] = v;
 		s->claim_count++;
+		if (v < SS_STATE_COUNTER_READY && v + 1 > s->claims_high) {
+			s->claims_high = (uint32_t)v + 1;
+			ss_claims_show(s);
+		}
 	}
 	pthread_cond_broadcast(&s->claim_cond);
 	pthread_mutex_unlock(&s->claim_lock);
@@ -134,5 +224,45 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 				"rank 0, which holds the chunk counter, refused it",
 			"see rank 0's own messages",
 			"claiming a chunk of the data (rank %d)", s->rank);
+	return 0;
+}
+
+int ss__claims_seed(struct ss_sync *s, uint64_t deadline)
+{
+	uint32_t next = 0;
+	int rc;
+
+	/* the others' highest claims: none claims from us until we are ready */
+	for (int p = 1; p < s->world; p++) {
+		const struct ss__state *view;
+		uint32_t high;
+
+		if (!ss_fabric_peer_ok(s->fabric, p) ||
+		    !(view = ss__read_view(s, p, deadline)))
+			continue;
+		high = be32toh(view->claims) & ~SS_STATE_COUNTER_READY;
+		if (high > next)
+			next = high;
+	}
+	/* through the fabric, as every claim: the NIC may keep it in its
+	 * own byte order */
+	s->seed_done = false;
+	rc = ss_fabric_fetch_add(s->fabric, 0, s->r[SS_R_CLAIMS],
+				 8 * (1 + SS_CLAIM_SEED), SS_R_CLAIMS, 0, next,
+				 SS_WR_ID(0, SS_WR_CLAIM) |
+					 (uint64_t)SS_CLAIM_SEED << 40);
+	while (rc == 0 && !s->seed_done && !ss_deadline_passed(deadline))
+		ss__pump(s, 1);
+	if (rc == 0)
+		rc = !s->seed_done ? -ETIMEDOUT : s->seed_status;
+	if (rc < 0)
+		return ss_error_set(rc, NULL, "start this rank again",
+				    "sync: rank 0 setting its chunk counter to "
+				    "%u",
+				    next);
+	ss_log_info("sync: rank 0 started again: chunks counted from %u, "
+		    "where the others are",
+		    next);
+	ss__claims_ready(s);
 	return 0;
 }

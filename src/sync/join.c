@@ -117,6 +117,9 @@ static int ss_sync_join(struct ss_sync *s, int h)
 			"start this rank again; it reseeds from a healthy peer",
 			"sync: rank %d reseeding %zu floats from rank %d",
 			s->rank, s->n, h);
+	/* a restarted rank 0 holds a new chunk counter: from where the job is */
+	if (s->rank == 0 && ss__claims_seed(s, deadline) < 0)
+		return ss_last_error()->code;
 	s->barrier_seq = s->seen[SS_MSG_BARRIER][h];
 	s->barrier_numbered = true;
 	return ss__barrier(s);
@@ -224,6 +227,8 @@ int ss_sync_begin(struct ss_sync *s)
 	s->begin_ns = ss_now_ns();
 	s->last_iterations = atomic_load(&s->iterations);
 	h = ss_sync_find_running(s);
+	if (h < 0) /* a fresh start: every counter counts from 0 */
+		ss__claims_ready(s);
 	/* After this barrier every rank's center is in place. */
 	pthread_mutex_lock(&s->fabric_lock);
 	rc = h < 0 ? ss__barrier(s) : ss_sync_join(s, h);

@@ -147,7 +147,8 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms)
 	for (int i = 0; i < n; i++) {
 		if (c[i].op == SS_OP_RECV_IMM)
 			ss_sync_message(s, &c[i]);
-		else if (c[i].op == SS_OP_FETCH_ADD)
+		else if (c[i].op == SS_OP_FETCH_ADD ||
+			 SS_WR_KIND(c[i].wr_id) == SS_WR_CLAIM)
 			ss__claim_done(s, &c[i]);
 		else
 			ss_op_done(s, &c[i]);

@@ -78,8 +78,9 @@ static size_t ss_region_floats(int region, size_t n, int world, bool hma)
 			 * state as READ (ss__view_off) */
 		return (ss__view_off(n) + ss__state_bytes(world)) /
 		       sizeof(float);
-	case SS_R_CLAIMS: /* the counter and a word per claim in flight */
-		return 2 * (1 + SS_CLAIM_SLOTS);
+	case SS_R_CLAIMS: /* the counter, a word per claim in flight, and
+			   * SS_CLAIM_CHECK's and SS_CLAIM_SEED's */
+		return 2 * (3 + SS_CLAIM_SLOTS);
 	default: /* PARAMS, AVG, CENTER */
 		return n;
 	}

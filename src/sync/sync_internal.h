@@ -34,7 +34,12 @@ struct ss__state {
 	uint32_t began; /* SS_STATE_BEGAN once past ss_sync_begin */
 	uint32_t lowest; /* the lowest rank among our members */
 	uint32_t in_barrier; /* SS_STATE_IN_BARRIER | its number, or 0 */
-	uint32_t reserved;
+	/*
+	 * The chunks: the highest this rank has claimed, plus one; and at
+	 * rank 0, SS_STATE_COUNTER_READY once its counter counts from where
+	 * the job is (a restarted rank 0 sets it from the others' highest).
+	 */
+	uint32_t claims;
 	/*
 	 * A barrier's agreement on its members (barrier.c), a slot per
 	 * parity of its number: a peer may be a barrier ahead.  Each tag is
@@ -69,6 +74,7 @@ static inline uint64_t *ss__state_set(const struct ss__state *st, int world,
 	       (size_t)(2 * slot + which) * ss__set_words(world);
 }
 #define SS_STATE_BEGAN 0x53534247u /* "SSBG" */
+#define SS_STATE_COUNTER_READY 0x80000000u
 #define SS_STATE_IN_BARRIER 0x80000000u
 
 /*
@@ -121,6 +127,10 @@ static inline int ss__slots(int kind)
 #define SS_WR_CLAIM 0xff
 #define SS_WR_CLAIM_SLOT(wr_id) ((int)((wr_id) >> 40))
 #define SS_CLAIM_SLOTS 8 /* claims in flight at once */
+/* the claims region's words past the slots': rank 0's readiness READ,
+ * and a restarted rank 0's fetch-add that sets its counter */
+#define SS_CLAIM_CHECK SS_CLAIM_SLOTS
+#define SS_CLAIM_SEED (SS_CLAIM_SLOTS + 1)
 #define SS_CLAIM_QUEUE 64 /* claimed chunks not yet taken */
 
 /* The round timeout, unless the options set it: scaled between these. */
@@ -260,6 +270,13 @@ struct ss_sync {
 	bool claim_busy[SS_CLAIM_SLOTS]; /* a fetch-add into word 1 + i */
 	int claims_in_flight;
 	int claim_rc; /* the counter refused a claim: claims fail */
+	uint32_t claims_high; /* the highest chunk claimed here, plus one */
+	/* rank 0's fabric epoch whose counter was READ ready; a READ of it
+	 * in flight, for which epoch, and when to ask again */
+	uint32_t counter_epoch, check_epoch;
+	bool check_in_flight, seed_done;
+	uint64_t check_retry_ns;
+	int seed_status;
 
 	/* the foreground barrier: bounded, and trainers may leave it */
 	pthread_mutex_t fg_lock;
@@ -449,6 +466,13 @@ bool ss__expected(const struct ss_sync *s, int kind, int p);
  */
 void ss__claims_post(struct ss_sync *s);
 void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
+/*
+ * ss__claims_seed() - a restarted rank 0, joining: its counter from the
+ * others' highest claims, then shown ready (before that, the others do
+ * not claim from it).  ss__claims_ready() - rank 0 at a fresh start.
+ */
+int ss__claims_seed(struct ss_sync *s, uint64_t deadline);
+void ss__claims_ready(struct ss_sync *s);
 
 /* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
 int ss__barrier(struct ss_sync *s);
