@@ -715,6 +715,42 @@ Test(sync, every_chunk_is_claimed_by_exactly_one_rank, .timeout = 180)
 		    per_rank[2]);
 }
 
+/*
+ * Rank 2 sleeps through round 1 (twice the round timeout): ranks 0 and 1
+ * wait the round out for its contribution, then average and send, and
+ * each must still take the other's average, just past the deadline.
+ * Each left the other out of that round (milliseconds late), and the
+ * round was a partial one between two live ranks.
+ */
+static int body_one_silent(struct ss_sync *s, int rank, struct job *job)
+{
+	(void)job;
+	fail_if(ss_sync_round(s), "round 0");
+	if (rank == 2)
+		ss_sleep_ns(600000000ull);
+	fail_if(ss_sync_round(s), "round 1");
+	if (rank != 2) {
+		fail_if(ss_sync_peer_left_out(s, 1 - rank) != 0,
+			"rank %d left the live rank %d out", rank, 1 - rank);
+		fail_if(ss_sync_peer_left_out(s, 2) == 0,
+			"rank %d did not leave the silent rank 2 out", rank);
+	}
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, a_silent_rank_does_not_make_live_ones_miss_each_other,
+     .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_one_silent,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = 300;
+	run(&job);
+}
+
 /* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
 
 static float u(int rank, int round, int i)

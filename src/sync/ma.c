@@ -95,6 +95,19 @@ int ss__round_ma(struct ss_sync *s, struct ss__round_result *res)
 			     SS_MSG_MA_AVG) == 0)
 			res->bytes += own_len * sizeof(float);
 	}
+	/*
+	 * Their averages: a peer whose contribution came is alive and
+	 * answers, but with one rank silent every rank waits the round out
+	 * for it before it averages and sends, so the others' averages come
+	 * just past the deadline (each live rank left the others out by
+	 * milliseconds).  Those peers get a fresh round timeout; the silent
+	 * ones what is left of the round's.
+	 */
+	k = 0;
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss__got(s, SS_MSG_MA_PART, p))
+			s->answered[k++] = p;
+	ss__wait_msgs_from(s, SS_MSG_MA_AVG, s->answered, k, ss__deadline(s));
 	ss__wait_msgs(s, SS_MSG_MA_AVG, deadline);
 
 	/*

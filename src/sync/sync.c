@@ -266,8 +266,9 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->late = calloc(w, sizeof(bool));
 	s->member_rank = calloc(w, sizeof(int));
 	s->hma_peers = calloc(w, sizeof(int));
+	s->answered = calloc(w, sizeof(int));
 	if (!s->view || !s->parts || !s->came || !s->done_sent || !s->late ||
-	    !s->member_rank || !s->hma_peers)
+	    !s->member_rank || !s->hma_peers || !s->answered)
 		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->view_read_epoch || !s->center_unsure || !s->joining ||
@@ -389,6 +390,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->late);
 	free(s->member_rank);
 	free(s->hma_peers);
+	free(s->answered);
 	free(s->paused);
 	free(s->epoch);
 	free(s->view_read_epoch);

@@ -242,6 +242,7 @@ struct ss_sync {
 	int *member_rank; /* the rank of each member, by its place */
 	int hma_group; /* hma.c: ranks a group for these members (1: flat) */
 	int *hma_peers; /* hma.c: whom a round talks to */
+	int *answered; /* ma.c: the peers whose contribution came */
 	uint64_t gossip_state; /* random gossip: xorshift state */
 	uint32_t gossip_step; /* exponential graph: which hop is next */
 
