@@ -705,10 +705,22 @@ static void ss_launch_drain(struct ss_launch *l, int r)
 static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 {
 	struct ss_rank_proc *p = &l->ranks[r];
+	bool others = l->n == 1; /* a job over hosts: the others elsewhere */
 	int rc;
 
 	if (l->restarted >= l->restarts)
 		return false;
+	for (int k = 0; k < l->n; k++)
+		others |= k != r && l->ranks[k].pid > 0 && !l->ranks[k].exited;
+	if (!others) {
+		/* it would wait its connect timeout for no one, and fail */
+		fprintf(stderr,
+			"shadowsync launch: rank %ld failed (%s) after the "
+			"other ranks had finished: not started again, there is "
+			"no job left to rejoin\n",
+			l->first_rank + r, what);
+		return false;
+	}
 	ss_launch_drain(l, r);
 	free(p->json);
 	p->json = NULL;
@@ -872,7 +884,7 @@ static int ss_launch_wait(struct ss_launch *l)
 					break;
 				}
 				failed++;
-				if (!stopping)
+				if (!stopping && live > 0)
 					fprintf(stderr,
 						"shadowsync launch: rank %ld failed (%s); stopping the other ranks\n",
 						l->first_rank + r, what);
