@@ -149,6 +149,8 @@ Test(cmd_bad_input, refused_options_say_why)
 		"--hostfile nofile");
 	refused(2, "--sync-every: only with --mode foreground", true,
 		"train " MODEL " --data train.txt --sync-every 5");
+	refused(2, "--address 'bogus': not HOST:PORT", true,
+		"shm-clean --address bogus");
 }
 
 Test(cmd_bad_input, a_folder_as_data)

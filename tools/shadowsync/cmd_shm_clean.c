@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "command.h"
 #include "shadowsync/shadowsync.h"
@@ -29,6 +30,18 @@ static void ss_clean_usage(FILE *out)
 		"  --address HOST:PORT    only those of the rank at that address\n"
 		"  -n, --dry-run          list them, remove nothing\n"
 		"  -h, --help             this help\n");
+}
+
+/* The port of "HOST:PORT", or -1 when there is none. */
+static long ss_clean_port(const char *addr)
+{
+	const char *colon = strrchr(addr, ':');
+	long port;
+
+	if (!colon || colon == addr ||
+	    ss_parse_long("--address", colon + 1, 1, 65535, &port) < 0)
+		return -1;
+	return port;
 }
 
 struct ss_clean_totals {
@@ -91,6 +104,13 @@ int ss_cmd_shm_clean(int argc, char **argv)
 			return ss_cmd_fail(ss_clean_prog, rc);
 	}
 	rc = ss_cmd_no_more_args(argc, argv);
+	/* a rank's address, as train names it: "bogus" matched nothing and
+	 * was reported as no leftovers */
+	if (rc == 0 && addr && ss_clean_port(addr) < 0)
+		rc = ss_error_set(SS_EUSAGE, "not HOST:PORT",
+				  "give the address of a rank, as in --peers "
+				  "(127.0.0.1:7000)",
+				  "--address '%s'", addr);
 	if (rc == 0)
 		rc = ss_fabric_shm_clean(addr, (uint64_t)key, !t.dry_run,
 					 ss_clean_one, &t);
