@@ -751,6 +751,33 @@ Test(sync, a_silent_rank_does_not_make_live_ones_miss_each_other,
 	run(&job);
 }
 
+/* The same in hierarchical rounds: 6 ranks, 3 groups of 2. */
+static int body_one_silent_of_6(struct ss_sync *s, int rank, struct job *job)
+{
+	(void)job;
+	fail_if(ss_sync_round(s), "round 0");
+	if (rank == 2)
+		ss_sleep_ns(600000000ull);
+	fail_if(ss_sync_round(s), "round 1");
+	for (int p = 0; rank != 2 && p < 6; p++)
+		fail_if(p != rank && p != 2 && ss_sync_peer_left_out(s, p),
+			"rank %d left the live rank %d out", rank, p);
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, a_silent_rank_in_hierarchical_rounds, .timeout = 180)
+{
+	struct job job = { .world = 6,
+			   .body = body_one_silent_of_6,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.hierarchical_from = 6;
+	job.opts.round_timeout_ms = 300;
+	run(&job);
+}
+
 /* ---- S-BMUF: its recurrence over two rounds ----------------------------- */
 
 static float u(int rank, int round, int i)

@@ -120,6 +120,23 @@ static void ss_hma_place(struct ss_sync *s, struct ss_hma *h)
 				s->member_rank[g * h->G + h->q];
 }
 
+/*
+ * Step @step's messages from @from, until @step quarters of the round
+ * timeout from the round's @start.  With one rank silent, the live ranks
+ * of its group or column wait for it until their step's end and only
+ * then send the next step's messages: had every step the round's whole
+ * timeout, the others would give up on those milliseconds before they
+ * came (each live rank left others out, and every piece averaged fewer
+ * ranks).  With a step's own end, each step absorbs one wait.
+ */
+static void ss_hma_wait(struct ss_sync *s, int kind, const int *from, int n,
+			uint64_t start, int step)
+{
+	ss__wait_msgs_from(s, kind, from, n,
+			   start + (uint64_t)s->timeout_ms * 1000000ull *
+					   (uint64_t)step / 4);
+}
+
 static void ss_hma_send(struct ss_sync *s, int p, int local, size_t off,
 			int remote, size_t remote_off, size_t len, int kind,
 			struct ss__round_result *res)
@@ -131,7 +148,7 @@ static void ss_hma_send(struct ss_sync *s, int p, int local, size_t off,
 
 int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 {
-	uint64_t deadline = ss__deadline(s);
+	uint64_t start = ss_now_ns();
 	const float **parts = s->parts;
 	struct ss_hma h;
 	size_t c_len, p_len, c_off, p_off, slot;
@@ -151,7 +168,7 @@ int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 			    h.base + (size_t)h.q * h.C * s->shard_max, len,
 			    SS_MSG_MA_PART, res);
 	}
-	ss__wait_msgs_from(s, SS_MSG_MA_PART, h.group, h.n_group, deadline);
+	ss_hma_wait(s, SS_MSG_MA_PART, h.group, h.n_group, start, 1);
 	for (int i = 0; i < h.n_group; i++) {
 		int p = h.group[i];
 
@@ -174,7 +191,7 @@ int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 	/* our own group's mean of our piece, beside the others' */
 	slot = h.base + (size_t)(h.q * h.C + h.g) * s->shard_max;
 	ss__copy(s->inbox + slot, s->avg + p_off, p_len);
-	ss__wait_msgs_from(s, SS_MSG_MA_PART, h.column, h.n_column, deadline);
+	ss_hma_wait(s, SS_MSG_MA_PART, h.column, h.n_column, start, 2);
 	k = 0;
 	for (int i = 0; i < h.n_column; i++) {
 		int p = h.column[i];
@@ -198,7 +215,7 @@ int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 		ss_hma_send(s, h.column[i], SS_R_AVG, p_off, SS_R_INBOX,
 			    ss_hma_piece_slot(s, h.g), p_len, SS_MSG_MA_AVG,
 			    res);
-	ss__wait_msgs_from(s, SS_MSG_MA_AVG, h.column, h.n_column, deadline);
+	ss_hma_wait(s, SS_MSG_MA_AVG, h.column, h.n_column, start, 3);
 	for (int i = 0; i < h.n_column; i++) {
 		int p = h.column[i], g = s->member_index[p] / h.G;
 		size_t len, off = ss_pieces(s, h.q * h.C + g, 1, &len);
@@ -211,7 +228,7 @@ int ss__round_hma(struct ss_sync *s, struct ss__round_result *res)
 	for (int i = 0; i < h.n_group; i++)
 		ss_hma_send(s, h.group[i], SS_R_AVG, c_off, SS_R_AVG, c_off,
 			    c_len, SS_MSG_MA_AVG, res);
-	ss__wait_msgs_from(s, SS_MSG_MA_AVG, h.group, h.n_group, deadline);
+	ss_hma_wait(s, SS_MSG_MA_AVG, h.group, h.n_group, start, 4);
 
 	/*
 	 * Apply our chunk (a piece whose owner did not answer holds our
