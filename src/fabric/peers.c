@@ -192,7 +192,7 @@ static const char *ss_control_char(const char *s)
 static int ss_hostfile_line(const char *path, int lineno, char *s, int port,
 			    char ***addrs, int *n, int *cap)
 {
-	const char *colon, *ctl;
+	const char *colon, *ctl, *bracket = strchr(s, ']');
 	char *e, *addr;
 	size_t host;
 	int rc;
@@ -222,9 +222,7 @@ static int ss_hostfile_line(const char *path, int lineno, char *s, int port,
 	/* a port after a host name, an IPv4 address or [an IPv6 one] */
 	colon = strrchr(s, ':');
 	if (s[0] == '[')
-		colon = strchr(s, ']') && strchr(s, ']')[1] == ':' ?
-				strchr(s, ']') + 1 :
-				NULL;
+		colon = bracket && bracket[1] == ':' ? bracket + 1 : NULL;
 	else if (colon && strchr(s, ':') != colon)
 		return ss_error_set(SS_EUSAGE,
 				    "an IPv6 address without brackets",

@@ -90,6 +90,14 @@ static int ss_fg_wait(struct ss_sync *s, bool *last)
 	return 0;
 }
 
+/* The last to come runs the round: the others wait as long as it runs. */
+static void ss_fg_set_running(struct ss_sync *s, bool running)
+{
+	pthread_mutex_lock(&s->fg_lock);
+	s->fg_running = running;
+	pthread_mutex_unlock(&s->fg_lock);
+}
+
 int ss_sync_foreground(struct ss_sync *s)
 {
 	bool last;
@@ -104,13 +112,9 @@ int ss_sync_foreground(struct ss_sync *s)
 	if (rc < 0)
 		return rc;
 	if (last) {
-		pthread_mutex_lock(&s->fg_lock);
-		s->fg_running = true;
-		pthread_mutex_unlock(&s->fg_lock);
+		ss_fg_set_running(s, true);
 		s->fg_rc = ss_sync_round(s);
-		pthread_mutex_lock(&s->fg_lock);
-		s->fg_running = false;
-		pthread_mutex_unlock(&s->fg_lock);
+		ss_fg_set_running(s, false);
 	}
 	rc = ss_fg_wait(s, &last);
 	return rc < 0 ? rc : s->fg_rc;

@@ -166,19 +166,18 @@ static int ss_launch_check_train_args(int argc, char **argv)
 		for (int k = 0; owned[k].name; k++) {
 			int len = (int)strcspn(argv[i], "=");
 
-			if (!ss_launch_names(argv[i], owned[k].name))
-				continue;
 			/* the spelling given, where it is not the name */
-			if ((size_t)len == strlen(owned[k].name))
+			bool other = (size_t)len != strlen(owned[k].name);
+
+			if (ss_launch_names(argv[i], owned[k].name))
 				return ss_error_set(
 					SS_EUSAGE,
 					"launch sets it for each rank",
-					owned[k].hint, "train option %s",
-					owned[k].name);
-			return ss_error_set(
-				SS_EUSAGE, "launch sets it for each rank",
-				owned[k].hint, "train option %s (%.*s)",
-				owned[k].name, len, argv[i]);
+					owned[k].hint,
+					"train option %s%s%.*s%s",
+					owned[k].name, other ? " (" : "",
+					other ? len : 0, argv[i],
+					other ? ")" : "");
 		}
 	return 0;
 }
