@@ -210,6 +210,17 @@ Test(cmd_train, refusals_name_the_option)
 		 SS_COMMAND, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "--tables replicated"), "%s", out);
+	/* both trained on, silently, before */
+	snprintf(cmd, sizeof(cmd), "%s train --data %s/train.txt --rejoin 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--rejoin: a job of one rank"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --transport shm --gid-index 3 "
+		 "2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--gid-index with --transport shm"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);

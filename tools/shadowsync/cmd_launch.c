@@ -454,7 +454,8 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	argv[n++] = "--transport";
 	argv[n++] = (char *)ss_transport_name(l->transport);
 	argv[n++] = "--json";
-	if (l->ranks[r].restarts)
+	/* a job of one rank starts afresh: there is no one to rejoin */
+	if (l->ranks[r].restarts && strchr(peers, ','))
 		argv[n++] = "--rejoin";
 	if (l->job_key[0]) {
 		argv[n++] = "--job-key";

@@ -61,6 +61,13 @@ int ss_cmd_train(int argc, char **argv)
 	signal(SIGHUP, ss_train_on_signal);
 	if (rc == 0)
 		rc = ss_train_peers(&c);
+	if (rc == 0 && c.rejoin && c.fabric.world == 1)
+		rc = ss_error_set(SS_EUSAGE,
+				  "a job of one rank has no one to "
+				  "rejoin",
+				  "drop --rejoin, or give the job's peers "
+				  "(--peers or --hostfile)",
+				  "--rejoin");
 	if (rc == 0)
 		rc = ss_train_resolve_tables(&c);
 	if (rc == 0)

@@ -221,7 +221,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	long v;
 	double d;
 	int opt, i, rc = 0;
-	bool lr_given = false, every_given = false;
+	bool lr_given = false, every_given = false, gid_given = false;
 
 	ss_model_config_init(&c->model);
 	ss_train_options_init(&c->train);
@@ -412,6 +412,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		case OPT_GID:
 			rc = ss_parse_long("--gid-index", optarg, 0, 255, &v);
 			c->fabric.gid_index = (int)v;
+			gid_given = true;
 			break;
 		case OPT_CONNECT_TIMEOUT:
 			rc = ss_parse_long("--connect-timeout", optarg, 1,
@@ -478,6 +479,13 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 				    "own: give --mode foreground for rounds "
 				    "every K steps",
 				    "--sync-every");
+	/* $SS_GID_INDEX may be set for the whole cluster; the option is
+	 * this run's, and over shm it would be ignored */
+	if (gid_given && c->fabric.transport == SS_TRANSPORT_SHM)
+		return ss_error_set(SS_EUSAGE, "only over verbs",
+				    "shm has no GIDs: drop --gid-index, or "
+				    "give --transport verbs",
+				    "--gid-index with --transport shm");
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);
