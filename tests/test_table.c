@@ -8,11 +8,13 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -59,6 +61,7 @@ struct job {
 	uint64_t key;
 	struct shared *sh;
 	unsigned fabric_timeout_ms; /* 0: 20 s */
+	const char *log; /* where rank 1 writes its stderr, or NULL */
 	int (*body)(struct ss_table *t, int rank, struct job *job);
 };
 
@@ -231,13 +234,23 @@ Test(table, a_pushed_row_reads_back_as_a_local_adagrad_step_makes_it,
 	push_test(SS_TABLE_ADAGRAD);
 }
 
+/* How many times @what is in @text. */
+static int count_of(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *at = strstr(text, what); at; at = strstr(at + 1, what))
+		n++;
+	return n;
+}
+
 /* Rank 0 pauses its applier; rank 1 pushes more than the log holds. */
 static int body_credits(struct ss_table *t, int rank, struct job *job)
 {
 	uint64_t ids[40], first[16], rest[24];
 	float g[40 * WIDTH];
 	struct ss_table_stats st;
-	int n = 0;
+	int n = 0, fd;
 
 	if (rank == 0) {
 		ss_table_pause_applier(t, true);
@@ -255,6 +268,11 @@ static int body_credits(struct ss_table *t, int rank, struct job *job)
 	rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not paused");
 	for (int i = 0; i < 40; i++)
 		gradient(ids[i], 0, g + i * WIDTH);
+	/* what our proxy says, for the test to read (it shows it too) */
+	fd = open(job->log, O_WRONLY | O_TRUNC);
+	rank_fail_if(rank, fd < 0 || dup2(fd, STDERR_FILENO) < 0, "%s",
+		     job->log);
+	close(fd);
 	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
 	/* the log fills, the rest waits for credits, then is dropped */
 	rank_fail_if(rank, ss_table_flush(t, 5000) == 0,
@@ -285,6 +303,10 @@ static int body_credits(struct ss_table *t, int rank, struct job *job)
 Test(table, a_stopped_applier_makes_senders_wait_then_drop, .timeout = 150)
 {
 	struct job job = { .world = 2, .body = body_credits };
+	char log[] = "/tmp/ss-test-table-log-XXXXXX", said[8192];
+	size_t n;
+	FILE *f;
+	int fd, rc;
 
 	ss_table_options_init(&job.opts);
 	job.opts.rows = ROWS;
@@ -292,7 +314,27 @@ Test(table, a_stopped_applier_makes_senders_wait_then_drop, .timeout = 150)
 	job.opts.max_rows = 64;
 	job.opts.log_entries = 16;
 	job.opts.timeout_ms = 1000;
-	run(&job);
+	job.log = log;
+	fd = mkstemp(log);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	job.port_base = ranks_port_base();
+	job.key = ranks_job_key();
+	job.sh = shared_map();
+	rc = ranks_run(job.world, rank_main, &job, 120, NULL);
+	f = fopen(log, "r");
+	n = f ? fread(said, 1, sizeof(said) - 1, f) : 0;
+	said[n] = '\0';
+	if (f)
+		fclose(f);
+	unlink(log);
+	fputs(said, stderr);
+	cr_assert_eq(rc, 0, "a rank failed (its output says why)");
+	/* the dropping is said once as it begins, and its end */
+	cr_assert_eq(count_of(said, "rank 0 applied none of our gradients"), 1,
+		     "%s", said);
+	cr_assert_eq(count_of(said, "rank 0 applies our gradients again"), 1,
+		     "%s", said);
 }
 
 /*

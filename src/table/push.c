@@ -131,9 +131,22 @@ static bool ss_place(struct ss_table *tb, int o, uint32_t slot, const float *g)
 			    (uint64_t)tb->opts.timeout_ms * 1000000ull &&
 		    ss_fabric_peer_ok(tb->fabric, o))
 			return false;
+		/* a live owner, once a spell (a failed one the sync layer
+		 * names): the count alone showed only at the end */
+		if (!ob->dropping && ss_fabric_peer_ok(tb->fabric, o)) {
+			ss_log_warn("table: rank %d applied none of our "
+				    "gradients for %u ms (stopped, or short of "
+				    "CPU): dropping those for its rows until "
+				    "it does",
+				    o, tb->opts.timeout_ms);
+			ob->dropping = true;
+		}
 		ss__table_count(&tb->st.dropped, 1);
 		return true;
 	}
+	if (ob->dropping)
+		ss_log_warn("table: rank %d applies our gradients again", o);
+	ob->dropping = false;
 	ob->full_since_ns = 0;
 	e = ss__table_entry(tb, tb->log_out, o, ob->tail);
 	e->slot = slot;

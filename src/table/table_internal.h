@@ -89,6 +89,7 @@ struct ss__table_outbound {
 	uint64_t head; /* entries the owner applied, as last read */
 	bool head_reading; /* a READ of its head is in flight */
 	uint64_t full_since_ns; /* 0: not full */
+	bool dropping; /* full past the timeout, and said so */
 	uint64_t refreshed_ns; /* when its head was last asked for */
 };
 
