@@ -255,9 +255,9 @@ Test(cmd_bad_input, shm_with_an_address_of_another_machine)
 }
 
 /*
- * --save naming the --data or --test file (by another spelling too) is
- * refused before training: the save replaced the data, or the held-out
- * file it then evaluated.  A --load that is a FIFO is refused, not
+ * --save naming the --data or --test file (by another spelling too), or
+ * whose temporary file PATH.tmp does, is refused before training: the
+ * save replaced the data, or the held-out file it then evaluated.  A --load that is a FIFO is refused, not
  * waited on for ever.
  */
 Test(cmd_bad_input, save_over_the_data_and_load_of_a_fifo)
@@ -267,16 +267,28 @@ Test(cmd_bad_input, save_over_the_data_and_load_of_a_fifo)
 
 	cr_assert_eq(cmd_run(head, sizeof(head),
 			     "cd %s && cp train.txt d.txt "
-			     "&& cp train.txt t.txt && mkfifo ff",
+			     "&& cp train.txt t.txt && mkfifo ff "
+			     "&& cp train.txt x.tmp",
 			     dir),
 		     0);
 	refused(2, "--save 'd.txt': it is the --data file", true,
 		"train " MODEL " --data d.txt --save d.txt");
 	refused(2, "--save './t.txt': it is the --test file", true,
 		"train " MODEL " --data d.txt --test t.txt --save ./t.txt");
+	/* nor its temporary file, which the save truncated */
+	refused(2, "--save 'x': its temporary file, PATH.tmp, is the --data",
+		true, "train " MODEL " --data x.tmp --save x");
+	refused(2, "--save 'x': its temporary file, PATH.tmp, is the --test",
+		true, "train " MODEL " --data d.txt --test x.tmp --save x");
 	refused(2, "--load 'ff': not a regular file", true,
 		"train " MODEL " --data d.txt --load ff");
 	snprintf(path, sizeof(path), "%s/d.txt", dir);
+	f = fopen(path, "r");
+	cr_assert_not_null(f);
+	cr_assert_eq(fread(head, 1, 6, f), 6);
+	fclose(f);
+	cr_assert(strncmp(head, "SSCKPT", 6), "the data was replaced");
+	snprintf(path, sizeof(path), "%s/x.tmp", dir);
 	f = fopen(path, "r");
 	cr_assert_not_null(f);
 	cr_assert_eq(fread(head, 1, 6, f), 6);

@@ -297,3 +297,45 @@ Test(checkpoint, failed_save_keeps_the_previous_file)
 	snprintf(nowhere, sizeof(nowhere), "ls %s | grep -q tmp", dir);
 	cr_assert_neq(system(nowhere), 0);
 }
+
+/*
+ * The temporary file has a fixed name, PATH.tmp: one a save left (empty,
+ * its header a hole of zeros, or whole) is replaced, anyone else's file
+ * is refused and kept (`--data x.tmp --save x` truncated the data).
+ */
+Test(checkpoint, a_foreign_file_at_the_temporary_name_is_kept)
+{
+	static const char *const left[] = { "", "\0\0\0\0\0\0\0\0\0\0",
+					    "SSCKPT\0\0 and the rest" };
+	static const size_t left_len[] = { 0, 10, 22 };
+	char tmp[160], text[64] = "";
+	uint64_t examples;
+	FILE *f;
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	for (int i = 0; i < 3; i++) {
+		f = fopen(tmp, "w");
+		cr_assert_not_null(f);
+		cr_assert_eq(fwrite(left[i], 1, left_len[i], f), left_len[i]);
+		fclose(f);
+		cr_assert_eq(ss_checkpoint_save(path, w, NULL, N, LAYOUT, 7), 0,
+			     "left by a save, case %d: %s", i,
+			     ss_last_error()->why);
+		cr_assert_neq(access(tmp, F_OK), 0, "case %d", i);
+	}
+	f = fopen(tmp, "w");
+	cr_assert_not_null(f);
+	fputs("1\t2\t3 training data\n", f);
+	fclose(f);
+	cr_assert_lt(ss_checkpoint_save(path, w, NULL, N, LAYOUT, 8), 0);
+	cr_assert(strstr(ss_last_error()->why, "not a checkpoint"), "%s",
+		  ss_last_error()->why);
+	f = fopen(tmp, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(text, sizeof(text), f));
+	fclose(f);
+	cr_assert_str_eq(text, "1\t2\t3 training data\n");
+	/* the checkpoint itself is the last good save */
+	cr_assert_eq(load(&examples), 0);
+	cr_assert_eq(examples, 7);
+}

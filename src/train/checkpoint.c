@@ -227,6 +227,53 @@ static int ss_sync_folder(const char *path)
 	return rc;
 }
 
+/*
+ * Whether @tmp, which exists, is what a save left there: empty, a header
+ * not yet written (a hole of zeros: it goes last), or a whole checkpoint
+ * not yet renamed.  Anything else is someone's file, which the fixed
+ * temporary name must not truncate (`--data x.tmp --save x` lost its
+ * data).
+ */
+static bool ss_is_left_by_a_save(const char *tmp)
+{
+	unsigned char head[SS_CKPT_HEADER];
+	int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n = fd < 0 ? -1 : read(fd, head, sizeof(head));
+	bool zeros = n >= 0;
+
+	if (fd >= 0)
+		close(fd);
+	for (ssize_t i = 0; i < n && zeros; i++)
+		zeros = head[i] == 0;
+	return zeros || (n >= 8 && memcmp(head, SS_CKPT_MAGIC, 8) == 0);
+}
+
+/* A new @tmp, after what an earlier save left there. */
+static int ss_open_tmp(const char *tmp, const char *path)
+{
+	int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+	int fd = open(tmp, flags, 0644);
+
+	if (fd < 0 && errno == EEXIST) {
+		if (!ss_is_left_by_a_save(tmp))
+			return ss_error_set(
+				-EEXIST, "it exists and is not a checkpoint",
+				"saving writes PATH.tmp, then renames it to "
+				"PATH: move that file away, or save under "
+				"another name",
+				"saving '%s': its temporary file '%s'", path,
+				tmp);
+		unlink(tmp);
+		fd = open(tmp, flags, 0644);
+	}
+	if (fd < 0)
+		return ss_error_set(-errno, NULL,
+				    "the checkpoint's folder must exist and be "
+				    "writable",
+				    "creating '%s'", tmp);
+	return fd;
+}
+
 int ss_checkpoint_save(const char *path, const float *params,
 		       const float *state, size_t n, uint64_t layout_hash,
 		       uint64_t examples)
@@ -257,15 +304,11 @@ int ss_checkpoint_save_parts(const char *path,
 		goto out;
 	}
 	/* One fixed name per target: a save killed half-way leaves at most
-	 * one stale file, which the next save overwrites. */
+	 * one stale file, which the next save replaces. */
 	snprintf(tmp, tmp_len, "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-		  0644);
+	fd = ss_open_tmp(tmp, path);
 	if (fd < 0) {
-		rc = ss_error_set(-errno, NULL,
-				  "the checkpoint's folder must exist and be "
-				  "writable",
-				  "creating '%s'", tmp);
+		rc = fd;
 		goto out;
 	}
 	/* The header goes last, once the checksum is known. */

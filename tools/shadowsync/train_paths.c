@@ -151,6 +151,19 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 		else if (rc == 0 && path && c->test &&
 			 ss_same_file(path, &test))
 			why = "it is the --test file";
+		/* nor may its temporary file (PATH.tmp) */
+		if (rc == 0 && path && !why) {
+			char tmp[sizeof(buf) + sizeof(SS_CHECKPOINT_TMP_SUFFIX)];
+
+			snprintf(tmp, sizeof(tmp),
+				 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
+			if (ss_same_file(tmp, data))
+				why = "its temporary file, PATH.tmp, is the "
+				      "--data file";
+			else if (c->test && ss_same_file(tmp, &test))
+				why = "its temporary file, PATH.tmp, is the "
+				      "--test file";
+		}
 		if (why)
 			rc = ss_error_set(SS_EUSAGE, why,
 					  "give the checkpoint a name of its "
