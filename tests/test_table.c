@@ -62,6 +62,7 @@ struct job {
 	struct shared *sh;
 	unsigned fabric_timeout_ms; /* 0: 20 s */
 	const char *log; /* where rank 1 writes its stderr, or NULL */
+	int (*fill)(struct ss_table *t, void *arg); /* rank 0's, or NULL */
 	int (*body)(struct ss_table *t, int rank, struct job *job);
 };
 
@@ -79,6 +80,13 @@ static int table_open(struct job *job, int rank, struct ss_table **t)
 	fo.addrs = addrs;
 	fo.job_key = job->key;
 	fo.timeout_ms = job->fabric_timeout_ms ? job->fabric_timeout_ms : 20000;
+	if (rank == 0 && job->fill) {
+		struct ss_table_options o = job->opts;
+
+		o.fill = job->fill;
+		o.fill_arg = job;
+		return ss_table_open(t, &o, &fo);
+	}
 	return ss_table_open(t, &job->opts, &fo);
 }
 
@@ -298,6 +306,75 @@ static int body_credits(struct ss_table *t, int rank, struct job *job)
 	rank_fail_if(rank, check_rows(t, rank, rest, 24, 1), "pushed again");
 	atomic_store(&job->sh->phase, 4);
 	return 0;
+}
+
+/*
+ * Rank 0's shard, filled as a rank that rejoins loads its checkpoint:
+ * every float 0.5, then a second more before the open goes on, while
+ * rank 1 tries to reach it.
+ */
+static int fill_slowly(struct ss_table *t, void *arg)
+{
+	float *rows, *acc;
+	size_t n = ss_table_shard(t, &rows, &acc);
+
+	(void)arg;
+	for (size_t i = 0; i < n; i++)
+		rows[i] = 0.5f;
+	sleep(1);
+	return 0;
+}
+
+/* Rank 1 pushes one gradient to 40 of rank 0's rows, then reads them. */
+static int body_fill(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[40];
+	float g[40 * WIDTH];
+	const float *rows[40];
+	int n = 0;
+
+	if (rank == 0) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 1 not done");
+		return 0;
+	}
+	for (uint64_t id = 0; n < 40; id++)
+		if (ss_table_owner(t, 0, (uint32_t)id) == 0)
+			ids[n++] = id;
+	for (int i = 0; i < 40; i++)
+		gradient(ids[i], 0, g + i * WIDTH);
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, 40), "lookup");
+	rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
+	/* the fill's values, then the step: neither lost */
+	for (int i = 0; i < 40; i++)
+		for (int j = 0; j < WIDTH; j++)
+			rank_fail_if(rank,
+				     rows[i][j] !=
+					     0.5f - t->opts.lr *
+							     g[i * WIDTH + j],
+				     "row %llu [%d]: %g, want 0.5 - %g x %g",
+				     (unsigned long long)ids[i], j, rows[i][j],
+				     t->opts.lr, g[i * WIDTH + j]);
+	atomic_store(&job->sh->phase, 1);
+	return 0;
+}
+
+/*
+ * A shard's fill runs before any peer reaches it: rank 1's open waits
+ * for it, and its push lands on the filled rows.  (A rank that rejoined
+ * loaded its checkpoint after the open: what the others pushed before
+ * was overwritten, and they read rows at their first values.)
+ */
+Test(table, a_fill_comes_before_any_peer_reaches_the_shard, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_fill, .fill = fill_slowly };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.max_rows = 64;
+	run(&job);
 }
 
 Test(table, a_stopped_applier_makes_senders_wait_then_drop, .timeout = 150)

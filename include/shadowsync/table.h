@@ -45,6 +45,8 @@
 extern "C" {
 #endif
 
+struct ss_table; /* one rank's endpoint: its shard, its proxy thread */
+
 enum ss_table_update {
 	SS_TABLE_SGD, /* row -= lr * g */
 	SS_TABLE_ADAGRAD, /* acc += g^2; row -= lr * g / (sqrt(acc) + eps) */
@@ -79,6 +81,17 @@ struct ss_table_options {
 	struct ss_topo *topo;
 	int numa;
 	const struct ss_plan_slot *proxy_slot;
+	/*
+	 * Optional (NULL: none): called with the shard at its first values
+	 * before any peer can reach it, so that no gradient is applied to
+	 * it and no row read until it returns (ss_table_shard() works in
+	 * it): a rank that rejoins a running job loads its checkpoint here.
+	 * A negative return fails the open.  The last fields: a caller
+	 * built against a shadowsync.h without them passes a shorter
+	 * struct, taken as none.
+	 */
+	int (*fill)(struct ss_table *table, void *arg);
+	void *fill_arg;
 };
 
 /*
@@ -110,8 +123,6 @@ void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
 
 int ss_table_addrs(const char *const *sync_addrs, int world,
 		   char (*buf)[SS_TABLE_ADDR_LEN], const char **addrs);
-
-struct ss_table;
 
 /*
  * ss_table_open() - allocate this rank's shard and the logs and staging

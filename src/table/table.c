@@ -399,7 +399,8 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	*table = NULL;
 	ss_table_options_init(&copy);
 	ss_fabric_options_init(&fo);
-	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+	rc = ss__options_in(&copy, sizeof(copy), given,
+			    offsetof(struct ss_table_options, fill),
 			    "ss_table_options");
 	if (rc == 0)
 		rc = ss__options_in(&fo, sizeof(fo), fabric_opts, sizeof(fo),
@@ -454,6 +455,12 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 		goto fail;
 	ss_table_init_shard(tb);
 	ss_table_idle_init(tb);
+	/* before the connect: nobody reaches the shard while it is filled */
+	if (opts->fill) {
+		rc = opts->fill(tb, opts->fill_arg);
+		if (rc < 0)
+			goto fail;
+	}
 	rc = ss_fabric_connect(tb->fabric);
 	if (rc) {
 		ss_error_prefix("table endpoint of rank %d", tb->rank);

@@ -175,10 +175,8 @@ int ss_cmd_train(int argc, char **argv)
 	c.train.topo = topo;
 	c.train.plan = plan;
 	if (c.tables == SS_TABLES_SHARDED) {
-		rc = ss_train_open_table(&c);
-		if (rc == 0 && c.rejoin)
-			rc = ss_train_rejoin_shard(&c, params, sync != NULL);
-		else if (rc == 0 && c.load)
+		rc = ss_train_open_table(&c, params, sync != NULL);
+		if (rc == 0 && c.load && !c.rejoin)
 			rc = ss_train_resume_shard(&c, params);
 		/* every shard is in place before anyone reads a row */
 		if (rc == 0)

@@ -202,8 +202,12 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 		enum ss_bad_lines bad_lines, struct ss_metrics *out,
 		uint64_t *skipped);
 
-/* ss_train_open_table() - --tables sharded: this rank's shard, connected. */
-int ss_train_open_table(struct ss_train_cmd *c);
+/*
+ * ss_train_open_table() - --tables sharded: this rank's shard, connected;
+ * with --rejoin filled first (ss_train_rejoin_shard(), @params and @live
+ * passed on).
+ */
+int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live);
 
 /* ss_train_resume_shard() - --load with --tables sharded, into the shard. */
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
