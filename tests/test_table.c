@@ -150,6 +150,17 @@ static void expected(const struct ss_table_options *o, uint64_t id, int pushes,
 	}
 }
 
+/* Up to @n ids of table 0 whose owner is @owner. */
+static int ids_of(struct ss_table *t, int owner, uint64_t *ids, int n)
+{
+	int k = 0;
+
+	for (uint32_t r = 0; r < ROWS && k < n; r++)
+		if (ss_table_owner(t, 0, r) == owner)
+			ids[k++] = r;
+	return k;
+}
+
 /* Look up @n ids, compare each row with @pushes updates of it. */
 static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
 		      int pushes)
@@ -460,6 +471,66 @@ Test(table, the_rows_take_no_write_and_the_logs_no_read, .timeout = 150)
 	run(&job);
 }
 
+/*
+ * A wait that times out (rank 0's proxy stopped, so that the READs are
+ * never posted): the rows the cache has come as last fetched, the others
+ * as zeros, each counted stale.  (It handed out the staging area as the
+ * slot's previous lookup had left it: other ids' rows.)
+ */
+static int body_late_rows(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t a[8], b[8], ids[8];
+	const float *rows[8];
+	float want[WIDTH];
+	struct ss_table_stats st;
+
+	if (rank == 1) {
+		rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 0 not done");
+		return 0;
+	}
+	rank_fail_if(rank, ids_of(t, 1, a, 8) < 8, "rank 1's rows");
+	for (uint32_t r = 0, k = 0; k < 8; r++) /* the next 8 of rank 1 */
+		if (ss_table_owner(t, 0, r) == 1 && r > a[7])
+			b[k++] = r;
+	rank_fail_if(rank, check_rows(t, rank, a, 8, 0), "first lookup");
+	atomic_store(&t->stop, true);
+	pthread_join(t->proxy, NULL);
+	t->proxy_started = false;
+	/* half of them fetched before, half new: in the slot's places */
+	memcpy(ids, a, 4 * sizeof(*ids));
+	memcpy(ids + 4, b, 4 * sizeof(*ids));
+	rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, 8), "lookup");
+	rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
+	for (int i = 0; i < 8; i++) {
+		expected(&t->opts, ids[i], 0, want);
+		for (int j = 0; j < WIDTH; j++)
+			rank_fail_if(rank,
+				     rows[i][j] != (i < 4 ? want[j] : 0.0f),
+				     "row %llu [%d]: %g, want %g",
+				     (unsigned long long)ids[i], j, rows[i][j],
+				     i < 4 ? want[j] : 0.0f);
+	}
+	ss_table_stats(t, &st);
+	rank_fail_if(rank, st.rows_stale != 8 || st.rows_cached != 4,
+		     "%llu rows stale, %llu cached: want 8 and 4",
+		     (unsigned long long)st.rows_stale,
+		     (unsigned long long)st.rows_cached);
+	atomic_store(&job->sh->phase, 1);
+	return 0;
+}
+
+Test(table, a_late_lookup_serves_the_cache_or_zeros, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_late_rows };
+
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.max_rows = 64;
+	job.opts.timeout_ms = 500;
+	run(&job);
+}
+
 /* One rank: every row is its own, no peer, nothing sent. */
 static int body_alone(struct ss_table *t, int rank, struct job *job)
 {
@@ -578,17 +649,6 @@ Test(table, table_addresses_follow_the_sync_ones)
 	cr_assert_str_eq(addrs[1] + 253, ":7003");
 }
 
-/* Up to @n ids of table 0 whose owner is @owner. */
-static int ids_of(struct ss_table *t, int owner, uint64_t *ids, int n)
-{
-	int k = 0;
-
-	for (uint32_t r = 0; r < ROWS && k < n; r++)
-		if (ss_table_owner(t, 0, r) == owner)
-			ids[k++] = r;
-	return k;
-}
-
 /* Pushes number @first to @first + @count - 1 of gradient() to @ids. */
 static int push_rounds(struct ss_table *t, int rank, const uint64_t *ids, int n,
 		       int first, int count)
@@ -697,6 +757,73 @@ Test(table, a_stalled_owner_is_waited_for_not_skipped, .timeout = 150)
 	job.opts.width = WIDTH;
 	job.opts.log_entries = 4096;
 	job.opts.timeout_ms = 20000;
+	run(&job);
+}
+
+/*
+ * The same stall, with a third rank: rank 0's proxy, its post to the
+ * stopped rank 1 refused for want of room, goes on with rank 2's rows.
+ * (It waited in that post for the fabric's timeout, 5 s here, so the
+ * lookup of rank 2's rows timed out after the table's 1 s and handed
+ * back the rows of the slot's previous lookup; the next lookup there
+ * then failed the trainer.)
+ */
+static int body_stall_others(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids1[1], ids2[16];
+	float g[WIDTH];
+	struct ss_table_stats st;
+	int bad;
+
+	if (rank == 1) {
+		atomic_store(&job->sh->pid1, getpid());
+		atomic_store(&job->sh->phase, 1);
+		raise(SIGSTOP); /* rank 0 continues us */
+	}
+	if (rank != 0) {
+		rank_fail_if(rank, !wait_phase(job->sh, 2), "rank 0 not done");
+		return 0;
+	}
+	rank_fail_if(rank, ids_of(t, 1, ids1, 1) < 1, "rank 1 owns no row");
+	rank_fail_if(rank, ids_of(t, 2, ids2, 16) < 16, "rank 2's rows");
+	rank_fail_if(rank, !wait_phase(job->sh, 1), "rank 1 not there");
+	rank_fail_if(rank, !stopped(atomic_load(&job->sh->pid1)),
+		     "rank 1 did not stop");
+	/* rank 2's first 8 rows through the slot, as they start */
+	rank_fail_if(rank, check_rows(t, rank, ids2, 8, 0), "before");
+	/* one row at a time to rank 1: past its 1024 slots of immediates */
+	gradient(ids1[0], 0, g);
+	for (int k = 0; k < 1100; k++) {
+		rank_fail_if(rank, ss_table_push(t, 0, ids1, g, 1), "push %d",
+			     k);
+		ss_sleep_ns(20000);
+	}
+	ss_sleep_ns(100000000);
+	/* the other 8 through the same slot, while rank 1 is stopped */
+	bad = check_rows(t, rank, ids2 + 8, 8, 0);
+	ss_table_stats(t, &st);
+	kill(atomic_load(&job->sh->pid1), SIGCONT); /* whatever came */
+	rank_fail_if(rank, bad, "rank 2's rows, rank 1 stopped");
+	rank_fail_if(rank, st.rows_stale != 0, "%llu rows stale",
+		     (unsigned long long)st.rows_stale);
+	rank_fail_if(rank, ss_table_flush(t, 10000), "flush once back");
+	atomic_store(&job->sh->phase, 2);
+	return 0;
+}
+
+Test(table, a_stalled_owner_holds_up_no_other_owners_rows, .timeout = 150)
+{
+	struct job job = { .world = 3,
+			   .body = body_stall_others,
+			   .fabric_timeout_ms = 5000 };
+
+	if (ranks_transport() != SS_TRANSPORT_SHM)
+		cr_skip_test("shm's ring of immediates (verbs retries)");
+	ss_table_options_init(&job.opts);
+	job.opts.rows = ROWS;
+	job.opts.width = WIDTH;
+	job.opts.log_entries = 4096;
+	job.opts.timeout_ms = 1000;
 	run(&job);
 }
 

@@ -145,6 +145,17 @@ int ss_fabric_alloc(struct ss_fabric *fabric, size_t len, unsigned access,
 		    struct ss_region **region);
 
 /*
+ * ss_fabric_set_post_wait() - how long a WRITE with immediate waits for
+ * room in the peer's queue of immediates over shm: @ms, at most the
+ * fabric's timeout (the default).  With 0 it fails at once with -EAGAIN,
+ * the peer still counted alive, for a thread that must never block (a
+ * proxy that also applies and serves rows) to post it again later.  Over
+ * verbs the NIC's own retry never holds a post, and this changes
+ * nothing.  From the thread that posts.
+ */
+void ss_fabric_set_post_wait(struct ss_fabric *fabric, unsigned ms);
+
+/*
  * ss_fabric_set_placement() - call @place(@ctx, ptr, len) on the memory of
  * every region allocated from now on, once it is mapped and before it is
  * touched or registered: a NUMA binding set there decides where every

@@ -192,9 +192,9 @@ int ss_table_lookup(struct ss_table *table, int client, int slot,
  * i: in place for the own shard, in the staging area for the others
  * (valid until the slot is posted again).  A row whose owner failed
  * holds its values as this client last fetched them (from the cache;
- * zeros when it has none), counted as stale; after a wait past the
- * timeout the rows still on their way may be torn.  Returns 0, or
- * -EINVAL.
+ * zeros when it has none), counted as stale; so does every fetched row
+ * of a wait past the timeout (which of them were late is not known).
+ * Returns 0, -EINVAL, or -ENOMEM for the rows of a late wait.
  */
 int ss_table_wait(struct ss_table *table, int client, int slot,
 		  const float **rows);
@@ -236,8 +236,8 @@ struct ss_table_stats {
 	uint64_t lookups; /* ss_table_wait() calls */
 	uint64_t rows_local, rows_remote; /* rows looked up, by where */
 	uint64_t rows_fetched; /* READs: a row used twice in a lookup, once */
-	/* rows whose owner failed; a wait that timed out adds 1 (which of
-	 * its rows were late is not known when it gives up) */
+	/* rows whose owner failed, and every fetched row of a wait that
+	 * timed out (which of them were late is not known) */
 	uint64_t rows_stale;
 	uint64_t rows_cached; /* of those, served as last fetched */
 	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */

@@ -216,6 +216,7 @@ int ss_fabric_open(struct ss_fabric **out,
 	if (!f)
 		return ss_error_set(-ENOMEM, NULL, NULL, "fabric");
 	f->opts = *opts;
+	f->post_wait_ms = opts->timeout_ms;
 	if (!f->opts.timeout_ms)
 		f->opts.timeout_ms = SS_DEFAULT_TIMEOUT_MS;
 	f->addrs = calloc((size_t)opts->world, sizeof(*f->addrs));
@@ -644,6 +645,11 @@ int ss_fabric_write_imm(struct ss_fabric *f, int peer, struct ss_region *local,
 		return ss_error_set(-EINVAL, "the value is reserved", NULL,
 				    "immediate 0x%x", imm);
 	return ss_post(f, &op);
+}
+
+void ss_fabric_set_post_wait(struct ss_fabric *f, unsigned ms)
+{
+	f->post_wait_ms = ms < f->opts.timeout_ms ? ms : f->opts.timeout_ms;
 }
 
 int ss_fabric_poll(struct ss_fabric *f, struct ss_completion *out, int max,

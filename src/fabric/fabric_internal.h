@@ -93,6 +93,7 @@ struct ss_fabric {
 	int backlog_head, backlog_count, backlog_cap;
 	unsigned empty_polls; /* non-waiting polls that found nothing */
 	uint32_t send_depth; /* ss_fabric_send_depth(); 0: no limit */
+	unsigned post_wait_ms; /* ss_fabric_set_post_wait() */
 	/* ss_fabric_set_placement(): regions' memory before its first touch */
 	void (*place)(void *ctx, void *ptr, size_t len);
 	void *place_ctx;

@@ -724,13 +724,19 @@ static int ss_shm_post(struct ss_fabric *f, const struct ss__op *op)
 	if (op->op == SS_OP_FETCH_ADD)
 		return ss_shm_fetch_add(f, op, remote, &c);
 	if (op->op == SS_OP_WRITE_IMM) {
-		uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+		uint64_t deadline = ss_deadline_ns(f->post_wait_ms);
 
 		ring = &sp->ctl->rings[f->opts.rank];
 		tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
 		while (tail - atomic_load_explicit(&ring->head,
 						   memory_order_acquire) >=
 		       SS_SHM_RING) {
+			if (!f->post_wait_ms)
+				return ss_error_set(
+					-EAGAIN,
+					"its queue of immediates is full",
+					"post it again later", "peer %d (%s)",
+					op->peer, f->peers[op->peer].addr);
 			if (ss_deadline_passed(deadline))
 				return ss_error_set(
 					-ETIMEDOUT,

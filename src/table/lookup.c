@@ -7,6 +7,7 @@
  * then.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "table_internal.h"
@@ -175,21 +176,63 @@ static void ss_cache_rows(struct ss_table *tb, struct ss__table_client *cl,
 		ss__table_count(&tb->st.rows_cached, cached);
 }
 
+/*
+ * A wait that timed out: every fetched row from the client's cache as
+ * last fetched, else zeros, into @l's fallback (READs still in flight
+ * land in the stage, which is not read).  Returns the rows, or NULL.
+ */
+static float *ss_fallback_rows(struct ss_table *tb, struct ss__table_client *cl,
+			       struct ss__table_lookup *l)
+{
+	size_t width = (size_t)tb->opts.width, bytes = width * sizeof(float);
+	uint64_t cached = 0;
+
+	if (!l->fallback)
+		l->fallback = malloc((size_t)tb->opts.max_rows * bytes);
+	if (!l->fallback)
+		return NULL;
+	for (int k = 0; k < l->n_fetch; k++) {
+		size_t at =
+			(size_t)(l->fetch_id[k] * 0x9e3779b97f4a7c15ull >> 32) &
+			(tb->opts.cache_rows - 1);
+		float *row = l->fallback + (size_t)k * width;
+
+		if (cl->cache && cl->cache_id[at] == l->fetch_id[k]) {
+			memcpy(row, cl->cache + at * width, bytes);
+			cached++;
+		} else {
+			memset(row, 0, bytes);
+		}
+	}
+	ss__table_count(&tb->st.rows_cached, cached);
+	ss__table_count(&tb->st.rows_stale, (uint64_t)l->n_fetch);
+	return l->fallback;
+}
+
 int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 {
 	struct ss__table_lookup *l = ss_slot(tb, client, slot);
 	size_t width = (size_t)tb->opts.width;
 	uint64_t start = ss_now_ns(), local = 0;
+	const float *fetched;
 
 	if (!l || atomic_load(&l->state) == SS__LOOKUP_FREE)
 		return ss_error_set(-EINVAL, "nothing posted there", NULL,
 				    "table wait on slot %d of client %d", slot,
 				    client);
-	if (ss_wait_done(l, tb->opts.timeout_ms) < 0)
-		/* what has come is there; the rest counts as stale */
-		ss__table_count(&tb->st.rows_stale, 1);
-	else
+	if (ss_wait_done(l, tb->opts.timeout_ms) < 0) {
+		/* the stage holds the slot's last rows where READs have
+		 * not landed: other ids' (a review's run served 8 of 8) */
+		fetched = ss_fallback_rows(tb, &tb->client[client], l);
+		if (!fetched)
+			return ss_error_set(-ENOMEM, NULL, NULL,
+					    "table wait on slot %d of client "
+					    "%d: rows in place of those late",
+					    slot, client);
+	} else {
 		ss_cache_rows(tb, &tb->client[client], l);
+		fetched = l->stage;
+	}
 	ss__table_count(&tb->st.lookup_wait_ns, ss_now_ns() - start);
 	for (int i = 0; i < l->n; i++) {
 		if (l->where[i] < 0) {
@@ -197,7 +240,7 @@ int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 				tb, (uint32_t)(-1 - l->where[i]));
 			local++;
 		} else {
-			rows[i] = l->stage + (size_t)l->where[i] * width;
+			rows[i] = fetched + (size_t)l->where[i] * width;
 		}
 	}
 	ss__table_count(&tb->st.lookups, 1);

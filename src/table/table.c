@@ -443,6 +443,14 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	/* peers with other tables (or another optimizer) are refused */
 	fo.layout_hash = ss_table_layout(opts);
 	rc = ss_fabric_open(&tb->fabric, &fo);
+	/*
+	 * The proxy posts, polls, applies and serves: a post that waited
+	 * for a stopped peer's room (over shm, up to the fabric's timeout)
+	 * held every other peer's lookups and logs with it.  Its posts are
+	 * tried again later instead.
+	 */
+	if (!rc)
+		ss_fabric_set_post_wait(tb->fabric, 0);
 	if (!rc && opts->topo)
 		ss_fabric_set_placement(tb->fabric, ss_table_place_region, tb);
 	if (!rc)
@@ -510,6 +518,7 @@ void ss_table_close(struct ss_table **table)
 			struct ss__table_lookup *l = &cl->lookup[s];
 
 			free(l->where);
+			free(l->fallback);
 			free(l->fetch_owner);
 			free(l->fetch_slot);
 			free(l->fetch_id);

@@ -61,6 +61,13 @@ struct ss__table_lookup {
 	int32_t *renumber;
 	uint8_t *failed; /* per fetch: its READ failed (set by the proxy) */
 	float *stage; /* max_rows x width, in the local region */
+	/*
+	 * A wait that timed out serves its rows from here (as the cache
+	 * last had them, or zeros), malloc'ed then: the stage still holds
+	 * the slot's previous rows where READs have not landed, and late
+	 * ones may land there while the trainer reads.
+	 */
+	float *fallback;
 };
 
 /* Work requests the proxy keeps in flight to one peer, at most: below
