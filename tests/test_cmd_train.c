@@ -210,6 +210,20 @@ Test(cmd_train, refusals_name_the_option)
 		 SS_COMMAND, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "--tables replicated"), "%s", out);
+	/* what the table endpoint takes, by the options' names (it said
+	 * "table options: max_rows must be 1 to 2^20") */
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --tables sharded --batch 50000 "
+		 "2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--batch 50000: at most 40329"), "%s", out);
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --tables sharded --threads 300 "
+		 "2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--threads 300: at most 256"), "%s", out);
 	/* both trained on, silently, before */
 	snprintf(cmd, sizeof(cmd), "%s train --data %s/train.txt --rejoin 2>&1",
 		 SS_COMMAND, dir);

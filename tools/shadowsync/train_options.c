@@ -514,6 +514,23 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 			c->save && !strstr(c->save, "{rank}") ? "--save" :
 								"--load",
 			why);
+	/* what the table endpoint takes (ss_table_check), by our names */
+	if (c->tables == SS_TABLES_SHARDED &&
+	    c->train.batch * SS_SPARSE > (1 << 20))
+		return ss_error_set(
+			SS_EUSAGE,
+			"at most 40329 with --tables "
+			"sharded",
+			"a lookup takes 26 rows an example, 2^20 at "
+			"most: give a smaller --batch",
+			"--batch %d", (int)c->train.batch);
+	if (c->tables == SS_TABLES_SHARDED && c->threads > 256)
+		return ss_error_set(SS_EUSAGE,
+				    "at most 256 with --tables "
+				    "sharded",
+				    "the table endpoint serves 256 trainers at "
+				    "most: give fewer --threads",
+				    "--threads %d", (int)c->threads);
 	if (c->dense_lr > 0 && c->tables != SS_TABLES_SHARDED)
 		return ss_error_set(SS_EUSAGE, "only with --tables sharded",
 				    "elsewhere one step updates the tables and "
