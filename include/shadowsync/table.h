@@ -139,7 +139,8 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *opts,
 
 /*
  * ss_table_close() - stop the proxy thread (pushes still queued are
- * flushed for at most the timeout, then counted as dropped), disconnect,
+ * flushed for at most the timeout; what is left then is lost with the
+ * endpoint, uncounted: call ss_table_flush() first to know), disconnect,
  * release everything, clear the pointer.  NULL is fine.
  */
 void ss_table_close(struct ss_table **table);
