@@ -224,6 +224,14 @@ Test(cmd_train, refusals_name_the_option)
 		 SS_COMMAND, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "--threads 300: at most 256"), "%s", out);
+	/* only rank 0 saved: the others' tables were lost */
+	snprintf(cmd, sizeof(cmd),
+		 "%s train --data %s/train.txt --tables local --save x "
+		 "--rank 0 --peers 127.0.0.1:1,127.0.0.1:2 2>&1",
+		 SS_COMMAND, dir);
+	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
+	cr_assert(strstr(out, "--save with --tables local: each rank's"), "%s",
+		  out);
 	/* both trained on, silently, before */
 	snprintf(cmd, sizeof(cmd), "%s train --data %s/train.txt --rejoin 2>&1",
 		 SS_COMMAND, dir);

@@ -514,6 +514,15 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 			c->save && !strstr(c->save, "{rank}") ? "--save" :
 								"--load",
 			why);
+	/* only rank 0 saves a path without {rank}: the others' tables
+	 * were lost without a word */
+	if (c->tables == SS_TABLES_LOCAL && c->fabric.world > 1 && c->save &&
+	    !strstr(c->save, "{rank}"))
+		return ss_error_set(
+			SS_EUSAGE, "each rank's tables are its own",
+			"put {rank} in the path: 'ckpt.{rank}' (without it only "
+			"rank 0 saves)",
+			"--save with --tables local");
 	/* what the table endpoint takes (ss_table_check), by our names */
 	if (c->tables == SS_TABLES_SHARDED &&
 	    c->train.batch * SS_SPARSE > (1 << 20))
