@@ -312,6 +312,15 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 	cr_assert(strstr(out, "(rank 0 of 4; --ranks 2): it is the shard of "
 			      "another job size"),
 		  "%s", out);
+	/* two shards swapped: another rank's, not another size's */
+	cr_assert_eq(run(out, sizeof(out),
+			 "cp t.0 x.1 && cp t.1 x.0 && "
+			 "$S reshard --from 'x.{rank}' --ranks 2 --to "
+			 "'y.{rank}' --new-ranks 1 " MODEL " 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "'x.0' (rank 1 of 2, read as rank 0's): it is "
+			      "another rank's shard"),
+		  "%s", out);
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S train --data b.txt " TRAIN
 			 " --tables replicated --load s.1 2>&1"),

@@ -120,7 +120,7 @@ static int ss_shards_read(struct ss_shard_set *s, const char *from,
 			&examples, &has);
 		snprintf(ours, sizeof(ours), "--ranks %d", s->world);
 		rc = ss_shard_layout_why(
-			rc, path, model_hash, ours,
+			rc, path, model_hash, s->world, k, ours,
 			"give --ranks the number of ranks that saved them",
 			"reshard reads shards: train --tables sharded --save "
 			"'ckpt.{rank}' writes them",

@@ -120,7 +120,7 @@ int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
 				      &c->resumed, has_acc);
 	snprintf(ours, sizeof(ours), "this job has %d ranks", c->fabric.world);
 	return ss_shard_layout_why(
-		rc, path, c->layout_hash, ours,
+		rc, path, c->layout_hash, c->fabric.world, c->fabric.rank, ours,
 		"re-divide the shards first: shadowsync reshard --from PATH "
 		"--ranks N --to NEW --new-ranks M (with this model's options)",
 		"load it with --tables replicated, or save shards with "
@@ -164,8 +164,9 @@ int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash)
 }
 
 int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
-			const char *ours, const char *size_hint,
-			const char *whole_hint, bool *told)
+			int world, int rank, const char *ours,
+			const char *size_hint, const char *whole_hint,
+			bool *told)
 {
 	uint64_t hash, n, examples;
 	int w, r;
@@ -176,6 +177,14 @@ int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
 	if (rc != SS_ELAYOUT ||
 	    ss_checkpoint_peek(path, &hash, &n, &examples) < 0)
 		return rc;
+	/* files swapped or renamed: "another job size" misled */
+	if (ss_shard_of(model_hash, hash, &w, &r) && w == world && r != rank)
+		return ss_error_set(
+			SS_ELAYOUT, "it is another rank's shard",
+			"each rank loads the shard it saved: 'PATH.{rank}' "
+			"names them by rank",
+			"checkpoint '%s' (rank %d of %d, read as rank %d's)",
+			path, r, w, rank);
 	if (ss_shard_of(model_hash, hash, &w, &r))
 		return ss_error_set(
 			SS_ELAYOUT, "it is the shard of another job size",

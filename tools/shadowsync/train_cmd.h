@@ -155,14 +155,16 @@ void ss_train_on_signal(int sig);
 uint64_t ss_shard_layout_hash(uint64_t model_hash, int world, int rank);
 
 /*
- * ss_shard_layout_why() - @rc of loading shard file @path; when it is
- * SS_ELAYOUT, says what the file is instead, if it can tell: a shard of
+ * ss_shard_layout_why() - @rc of loading shard file @path, meant as rank
+ * @rank of @world; when it is SS_ELAYOUT, says what the file is instead,
+ * if it can tell: another rank's shard of a job this size, a shard of
  * another job size (@ours names ours, @size_hint the way out) or the
  * whole model (@whole_hint); *@told (may be NULL) says whether it did.
  */
 int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
-			const char *ours, const char *size_hint,
-			const char *whole_hint, bool *told);
+			int world, int rank, const char *ours,
+			const char *size_hint, const char *whole_hint,
+			bool *told);
 
 /*
  * ss_train_load_whole_why() - @rc of loading the whole model from @path;
