@@ -278,6 +278,44 @@ Test(checkpoint, other_file_is_not_a_checkpoint)
 		     -ENOENT);
 }
 
+/* Whether @path, made of @len bytes of @data, loads with an error whose
+ * reason holds @why. */
+static bool refused_as(const void *data, size_t len, const char *why)
+{
+	uint64_t examples;
+	FILE *f = fopen(path, "w");
+
+	cr_assert_not_null(f);
+	cr_assert_eq(fwrite(data, 1, len, f), len);
+	fclose(f);
+	return load(&examples) == SS_EPARSE &&
+	       strstr(ss_last_error()->why, why) && untouched();
+}
+
+/*
+ * Files shorter than a header: a foreign or empty one is not called a
+ * truncated checkpoint (the hint said it "was not written whole"), one
+ * that starts as ours does is.  A longer one than its header says is not
+ * called one not written whole either.
+ */
+Test(checkpoint, short_and_long_files_are_named_for_what_they_are)
+{
+	char cmd[300];
+	uint64_t examples;
+
+	/* the setup's checkpoint with bytes added */
+	snprintf(cmd, sizeof(cmd), "echo more >> %s", path);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "longer than its header says"),
+		  "%s", ss_last_error()->why);
+	cr_assert(untouched());
+	cr_assert(refused_as("", 0, "not a ShadowSync checkpoint"));
+	cr_assert(refused_as("24 bytes of someone's!\n", 24,
+			     "not a ShadowSync checkpoint"));
+	cr_assert(refused_as("SSCKPT\0\0 cut short", 18, "truncated"));
+}
+
 /* A save that cannot finish leaves the previous checkpoint whole. */
 Test(checkpoint, failed_save_keeps_the_previous_file)
 {

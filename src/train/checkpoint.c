@@ -402,8 +402,12 @@ static int ss_check_header(const char *path, const unsigned char *head,
 			SS_EPARSE,
 			file_size < (off_t)want ?
 				"the file is truncated" :
-				"the file has bytes past its end",
-			"it was not written whole; use an older checkpoint",
+				"the file is longer than its header says",
+			file_size < (off_t)want ?
+				"it was not written whole; use an older "
+				"checkpoint" :
+				"its header is corrupted, or bytes were added "
+				"to it; use an older checkpoint",
 			"checkpoint '%s' (%lld bytes, the header says %zu)",
 			path, (long long)file_size, want);
 	return 0;
@@ -554,7 +558,15 @@ int ss_checkpoint_load_parts(const char *path,
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
-	if (rc == 0 && size < SS_CKPT_HEADER)
+	/* short: truncated only if what there is starts as ours does */
+	if (rc == 0 && size < SS_CKPT_HEADER &&
+	    (size < 8 || ss_read_all(fd, head, 8, path) < 0 ||
+	     memcmp(head, SS_CKPT_MAGIC, 8)))
+		rc = ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
+				  "give a file written by --save",
+				  "checkpoint '%s' (%lld bytes)", path,
+				  (long long)size);
+	else if (rc == 0 && size < SS_CKPT_HEADER)
 		rc = ss_error_set(SS_EPARSE, "the file is truncated",
 				  "it was not written whole; use an older "
 				  "checkpoint",
