@@ -213,7 +213,11 @@ int ss_table_push(struct ss_table *table, int client, const uint64_t *ids,
 /*
  * ss_table_flush() - wait until every gradient pushed so far by every
  * client has been applied by its owner (or dropped), at most @timeout_ms.
- * Returns 0 or -ETIMEDOUT.
+ * An owner that has failed is not waited for: what was sent to it and
+ * not yet applied is lost with it, counted in pushed, not in dropped
+ * (how much of it was applied is not known), until it comes back as a
+ * new process, which counts what was left as dropped.  Returns 0 or
+ * -ETIMEDOUT.
  */
 int ss_table_flush(struct ss_table *table, unsigned timeout_ms);
 
@@ -243,7 +247,9 @@ struct ss_table_stats {
 	uint64_t rows_cached; /* of those, served as last fetched */
 	uint64_t lookup_wait_ns; /* time clients waited in ss_table_wait() */
 	uint64_t pushed_local, pushed; /* gradients applied here, sent */
-	uint64_t dropped; /* gradients never sent, or whose WRITE failed */
+	/* gradients never sent, or whose WRITE failed; sent to an owner
+	 * that then failed: see ss_table_flush() */
+	uint64_t dropped;
 	uint64_t applied; /* gradients from peers applied to our shard */
 	uint64_t credit_waits; /* times a log was full at its owner */
 	size_t shard_bytes; /* rows (and accumulators) this rank holds */
