@@ -377,3 +377,36 @@ Test(checkpoint, a_foreign_file_at_the_temporary_name_is_kept)
 	cr_assert_eq(load(&examples), 0);
 	cr_assert_eq(examples, 7);
 }
+
+/*
+ * A PATH that is a symbolic link (to storage elsewhere) is saved through:
+ * the link stays, its target takes the checkpoint, there yet or not.
+ * (The rename replaced the link with a file beside it, on the node.)
+ */
+Test(checkpoint, a_save_through_a_link_lands_at_its_target)
+{
+	char link[160], target[200], sub[160];
+	struct stat st;
+	uint64_t examples;
+
+	snprintf(sub, sizeof(sub), "%s/elsewhere", dir);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	for (int there = 0; there < 2; there++) {
+		snprintf(link, sizeof(link), "%s/link%d", dir, there);
+		snprintf(target, sizeof(target), "%s/model%d.ckpt", sub, there);
+		if (there)
+			cr_assert_eq(ss_checkpoint_save(target, w, NULL, N,
+							LAYOUT, 1),
+				     0);
+		/* relative, as `ln -s elsewhere/model.ckpt link` makes it */
+		cr_assert_eq(symlink(target + strlen(dir) + 1, link), 0);
+		cr_assert_eq(ss_checkpoint_save(link, w, NULL, N, LAYOUT, 77),
+			     0, "%s", ss_last_error()->why);
+		cr_assert_eq(lstat(link, &st), 0);
+		cr_assert(S_ISLNK(st.st_mode), "link %d replaced", there);
+		cr_assert_eq(ss_checkpoint_load(target, back, back_acc, N,
+						LAYOUT, &examples, NULL),
+			     0, "target %d: %s", there, ss_last_error()->why);
+		cr_assert_eq(examples, 77);
+	}
+}

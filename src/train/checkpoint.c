@@ -285,10 +285,41 @@ int ss_checkpoint_save(const char *path, const float *params,
 					state ? 1 : 0, layout_hash, examples);
 }
 
-int ss_checkpoint_save_parts(const char *path,
-			     const struct ss_checkpoint_part *params, int np,
-			     const struct ss_checkpoint_part *state, int ns,
-			     uint64_t layout_hash, uint64_t examples)
+/*
+ * Where a save to @path goes: a symbolic link's target (the storage it
+ * points at, often another file system), else @path.  Renamed over the
+ * link, the checkpoint replaced the link with a file beside it, on the
+ * node.  Returns a string to free, or NULL for @path itself.
+ */
+static char *ss_save_target(const char *path)
+{
+	char link[4096], *dir, *out = NULL;
+	struct stat st;
+	ssize_t len;
+
+	if (lstat(path, &st) < 0 || !S_ISLNK(st.st_mode))
+		return NULL;
+	out = realpath(path, NULL);
+	if (out)
+		return out;
+	/* not there yet: the link's text, from the link's folder */
+	len = readlink(path, link, sizeof(link) - 1);
+	if (len <= 0)
+		return NULL;
+	link[len] = '\0';
+	if (link[0] == '/')
+		return strdup(link);
+	dir = strdup(path);
+	if (dir && asprintf(&out, "%s/%s", dirname(dir), link) < 0)
+		out = NULL;
+	free(dir);
+	return out;
+}
+
+static int ss_save_parts_at(const char *path,
+			    const struct ss_checkpoint_part *params, int np,
+			    const struct ss_checkpoint_part *state, int ns,
+			    uint64_t layout_hash, uint64_t examples)
 {
 	size_t n = ss_parts_len(params, np);
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
@@ -353,6 +384,19 @@ out:
 	}
 	free(chunk);
 	free(tmp);
+	return rc;
+}
+
+int ss_checkpoint_save_parts(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t examples)
+{
+	char *target = ss_save_target(path);
+	int rc = ss_save_parts_at(target ? target : path, params, np, state, ns,
+				  layout_hash, examples);
+
+	free(target);
 	return rc;
 }
 
