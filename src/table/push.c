@@ -155,13 +155,18 @@ static bool ss_place(struct ss_table *tb, int o, uint32_t slot, const float *g)
 	return true;
 }
 
-/* WRITE what is placed and not yet posted, in at most two pieces. */
-static void ss_post_log(struct ss_table *tb, int o)
+/*
+ * WRITE what is placed and not yet posted, in at most two pieces.
+ * Returns whether any went (posted, or dropped for a failed owner): a
+ * live owner with no room takes nothing, and the proxy may sleep.
+ */
+static bool ss_post_log(struct ss_table *tb, int o)
 {
 	struct ss__table_outbound *ob = &tb->out[o];
 	size_t base = (size_t)o * tb->opts.log_entries * tb->entry_bytes,
 	       out_off = (size_t)(tb->log_out -
 				  (uint8_t *)ss_region_ptr(tb->r_local));
+	uint64_t before = ob->posted;
 
 	while (ob->posted < ob->tail && tb->flight[o] < tb->max_flight) {
 		uint64_t at = ob->posted % tb->opts.log_entries,
@@ -184,8 +189,8 @@ static void ss_post_log(struct ss_table *tb, int o)
 		if (rc < 0 && ss_fabric_peer_ok(tb->fabric, o)) {
 			/*
 			 * Not posted to a live owner (over shm, its ring of
-			 * immediates full for the fabric's timeout: a stalled
-			 * process).  Skipped, these places would put its
+			 * immediates full: a stalled process; the proxy's
+			 * posts do not wait for room).  Skipped, these places would put its
 			 * count of our log out of step for good; failing it
 			 * would not help either (a stopped process still
 			 * holds the old log's immediates, and applies them to
@@ -195,7 +200,7 @@ static void ss_post_log(struct ss_table *tb, int o)
 			ss_log_debug("table: peer %d: log WRITE not posted "
 				     "(%s); again later",
 				     o, ss_last_error()->why);
-			return;
+			break;
 		}
 		if (rc < 0) {
 			/* the owner is gone: these never get there */
@@ -209,6 +214,7 @@ static void ss_post_log(struct ss_table *tb, int o)
 		}
 		ob->posted += n;
 	}
+	return ob->posted != before;
 }
 
 void ss__table_push_done(struct ss_table *tb, const struct ss_completion *c)
@@ -265,10 +271,9 @@ bool ss__table_post_pushes(struct ss_table *tb)
 		if (o == tb->rank)
 			continue;
 		/* a new connection's entries go after its hello */
-		if (ob->posted < ob->tail && !tb->hello_due[o]) {
-			ss_post_log(tb, o);
+		if (ob->posted < ob->tail && !tb->hello_due[o] &&
+		    ss_post_log(tb, o))
 			did = true;
-		}
 		/*
 		 * Credits before they run out, and, when someone waits for
 		 * the pushes to settle, to see them applied.
