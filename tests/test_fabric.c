@@ -45,6 +45,7 @@ struct job {
 	int world;
 	size_t region_len[N_REGIONS];
 	unsigned timeout_ms;
+	bool default_timeout; /* open with timeout_ms 0, as train does */
 	size_t max_message;
 	/* per-rank overrides, for the handshake tests */
 	uint64_t job_key[MAX_RANKS], layout_hash[MAX_RANKS];
@@ -208,6 +209,8 @@ static int run_rank(struct job *job, int rank, int port_base,
 	o.job_key = job->job_key[rank] ? job->job_key[rank] : default_key;
 	o.layout_hash = job->layout_hash[rank] ? job->layout_hash[rank] : 42;
 	o.timeout_ms = job->timeout_ms ? job->timeout_ms : 20000;
+	if (job->default_timeout)
+		o.timeout_ms = 0; /* the fabric's own default */
 	o.max_message = job->max_message;
 	rc = ss_fabric_open(&c->f, &o);
 	fail_if(rc != 0, "open: %s", ss_strerror(rc));
@@ -685,6 +688,18 @@ Test(fabric, ranks_that_flood_each_other_with_immediates_both_get_through,
 {
 	/* a 5 s timeout: waiting on each other would fail the posts */
 	struct job job = { .world = 2, .body = body_flood, .timeout_ms = 5000 };
+
+	skip_without_device();
+	cr_assert_eq(run_job(&job), 0);
+}
+
+/* The same with the fabric's default timeout (0 given): its posts wait
+ * for room too (a 0 taken as the wait made them fail at once). */
+Test(fabric, a_default_timeout_waits_for_room_in_a_full_queue, .timeout = 240)
+{
+	struct job job = { .world = 2,
+			   .body = body_flood,
+			   .default_timeout = true };
 
 	skip_without_device();
 	cr_assert_eq(run_job(&job), 0);

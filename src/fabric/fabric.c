@@ -216,9 +216,9 @@ int ss_fabric_open(struct ss_fabric **out,
 	if (!f)
 		return ss_error_set(-ENOMEM, NULL, NULL, "fabric");
 	f->opts = *opts;
-	f->post_wait_ms = opts->timeout_ms;
 	if (!f->opts.timeout_ms)
 		f->opts.timeout_ms = SS_DEFAULT_TIMEOUT_MS;
+	f->post_wait_ms = f->opts.timeout_ms; /* 0 would mean: no wait */
 	f->addrs = calloc((size_t)opts->world, sizeof(*f->addrs));
 	f->peers = calloc((size_t)opts->world, sizeof(*f->peers));
 	if (!f->addrs || !f->peers) {
