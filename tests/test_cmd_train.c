@@ -179,6 +179,18 @@ Test(cmd_train, reaches_near_the_teacher_floor, .timeout = 240)
 		     floor, ne / floor);
 }
 
+/* `train --data train.txt ARGS` exits @code, saying @said. */
+static void train_refused(int code, const char *args, const char *said)
+{
+	char out[8192];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s train --data %s/train.txt %s 2>&1", SS_COMMAND,
+			     dir, args),
+		     code, "%s", out);
+	cr_assert(strstr(out, said), "%s", out);
+}
+
 Test(cmd_train, refusals_name_the_option)
 {
 	char cmd[1024], out[8192];
@@ -186,63 +198,29 @@ Test(cmd_train, refusals_name_the_option)
 	snprintf(cmd, sizeof(cmd), "%s train " MODEL " 2>&1", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
 	cr_assert(strstr(out, "error: --data"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --sync allreduce 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "ma, easgd, bmuf, gossip"), "%s", out);
+	train_refused(2, "--sync allreduce", "ma, easgd, bmuf, gossip");
 	snprintf(cmd, sizeof(cmd), "%s train --data %s/nope.txt 2>&1",
 		 SS_COMMAND, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 1, "%s", out);
 	cr_assert(strstr(out, "nope.txt"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --rank 3 --peers a:1,b:2 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--rank 3 of 2 peers"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --sync-tables no 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--tables local"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --tables sharded --save x 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--tables replicated"), "%s", out);
+	train_refused(2, "--rank 3 --peers a:1,b:2", "--rank 3 of 2 peers");
+	train_refused(2, "--sync-tables no", "--tables local");
+	train_refused(2, "--tables sharded --save x", "--tables replicated");
 	/* what the table endpoint takes, by the options' names (it said
 	 * "table options: max_rows must be 1 to 2^20") */
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --tables sharded --batch 50000 "
-		 "2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--batch 50000: at most 40329"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --tables sharded --threads 300 "
-		 "2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--threads 300: at most 256"), "%s", out);
+	train_refused(2, "--tables sharded --batch 50000",
+		      "--batch 50000: at most 40329");
+	train_refused(2, "--tables sharded --threads 300",
+		      "--threads 300: at most 256");
 	/* only rank 0 saved: the others' tables were lost */
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --tables local --save x "
-		 "--rank 0 --peers 127.0.0.1:1,127.0.0.1:2 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--save with --tables local: each rank's"), "%s",
-		  out);
+	train_refused(2,
+		      "--tables local --save x --rank 0 "
+		      "--peers 127.0.0.1:1,127.0.0.1:2",
+		      "--save with --tables local: each rank's");
 	/* both trained on, silently, before */
-	snprintf(cmd, sizeof(cmd), "%s train --data %s/train.txt --rejoin 2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--rejoin: a job of one rank"), "%s", out);
-	snprintf(cmd, sizeof(cmd),
-		 "%s train --data %s/train.txt --transport shm --gid-index 3 "
-		 "2>&1",
-		 SS_COMMAND, dir);
-	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 2, "%s", out);
-	cr_assert(strstr(out, "--gid-index with --transport shm"), "%s", out);
+	train_refused(2, "--rejoin", "--rejoin: a job of one rank");
+	train_refused(2, "--transport shm --gid-index 3",
+		      "--gid-index with --transport shm");
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);

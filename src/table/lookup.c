@@ -146,6 +146,13 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 	return 0;
 }
 
+/* Where row @id goes in a client's cache (direct-mapped). */
+static size_t ss_cache_at(const struct ss_table *tb, uint64_t id)
+{
+	return (size_t)(id * 0x9e3779b97f4a7c15ull >> 32) &
+	       (tb->opts.cache_rows - 1);
+}
+
 /*
  * The client's cache of rows as last fetched: each row that came goes
  * in, each whose READ failed comes out (or stays zero).
@@ -159,9 +166,7 @@ static void ss_cache_rows(struct ss_table *tb, struct ss__table_client *cl,
 	if (!cl->cache)
 		return;
 	for (int k = 0; k < l->n_fetch; k++) {
-		size_t at =
-			(size_t)(l->fetch_id[k] * 0x9e3779b97f4a7c15ull >> 32) &
-			(tb->opts.cache_rows - 1);
+		size_t at = ss_cache_at(tb, l->fetch_id[k]);
 		float *row = l->stage + (size_t)k * width;
 
 		if (!l->failed[k]) {
@@ -192,9 +197,7 @@ static float *ss_fallback_rows(struct ss_table *tb, struct ss__table_client *cl,
 	if (!l->fallback)
 		return NULL;
 	for (int k = 0; k < l->n_fetch; k++) {
-		size_t at =
-			(size_t)(l->fetch_id[k] * 0x9e3779b97f4a7c15ull >> 32) &
-			(tb->opts.cache_rows - 1);
+		size_t at = ss_cache_at(tb, l->fetch_id[k]);
 		float *row = l->fallback + (size_t)k * width;
 
 		if (cl->cache && cl->cache_id[at] == l->fetch_id[k]) {

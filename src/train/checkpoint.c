@@ -603,19 +603,19 @@ int ss_checkpoint_load_parts(const char *path,
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
 	/* short: truncated only if what there is starts as ours does */
-	if (rc == 0 && size < SS_CKPT_HEADER &&
-	    (size < 8 || ss_read_all(fd, head, 8, path) < 0 ||
-	     memcmp(head, SS_CKPT_MAGIC, 8)))
-		rc = ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
-				  "give a file written by --save",
+	if (rc == 0 && size < SS_CKPT_HEADER) {
+		bool ours = size >= 8 && ss_read_all(fd, head, 8, path) == 0 &&
+			    memcmp(head, SS_CKPT_MAGIC, 8) == 0;
+
+		rc = ss_error_set(SS_EPARSE,
+				  ours ? "the file is truncated" :
+					 "not a ShadowSync checkpoint",
+				  ours ? "it was not written whole; use an "
+					 "older checkpoint" :
+					 "give a file written by --save",
 				  "checkpoint '%s' (%lld bytes)", path,
 				  (long long)size);
-	else if (rc == 0 && size < SS_CKPT_HEADER)
-		rc = ss_error_set(SS_EPARSE, "the file is truncated",
-				  "it was not written whole; use an older "
-				  "checkpoint",
-				  "checkpoint '%s' (%lld bytes)", path,
-				  (long long)size);
+	}
 	if (rc == 0)
 		rc = ss_read_all(fd, head, sizeof(head), path);
 	if (rc == 0)
