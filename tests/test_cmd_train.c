@@ -221,9 +221,16 @@ Test(cmd_train, refusals_name_the_option)
 	train_refused(2, "--rejoin", "--rejoin: a job of one rank");
 	train_refused(2, "--transport shm --gid-index 3",
 		      "--gid-index with --transport shm");
+	/* the foreground's trainers run the rounds themselves */
+	train_refused(2, "--mode foreground --max-sync-gap 8",
+		      "--max-sync-gap: only with --mode shadow");
+	train_refused(2, "--max-sync-gap -1", "--max-sync-gap");
+	train_refused(2, "--sync none --max-sync-gap 8",
+		      "--max-sync-gap with --sync none");
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);
+	cr_assert(strstr(out, "--max-sync-gap"), "%s", out);
 }
 
 /*

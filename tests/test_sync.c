@@ -1215,6 +1215,86 @@ Test(sync, shadow_thread_runs_rounds_in_the_background, .timeout = 180)
 	cr_assert_gt(job.stats[0].bytes_sent, 0);
 }
 
+/* ---- the bound on the sync gap (max_gap) -------------------------------- */
+
+#define GAP_BOUND 4
+#define GAP_TIMEOUT_MS 60000
+
+static int *gap_stopped; /* rank 1's shadow thread has stopped */
+
+/* @n iterations of a trainer, each checked against the bound */
+static int gap_iterations(struct ss_sync *s, int rank, int n)
+{
+	for (int i = 0; i < n; i++) {
+		uint64_t gap;
+
+		ss_sync_add_iterations(s, 1);
+		gap = atomic_load(&s->iterations) -
+		      atomic_load(&s->round_iterations);
+		fail_if(gap >= GAP_BOUND, /* the one that reached it waited */
+			"iteration %d: %llu since the last round, bound %d", i,
+			(unsigned long long)gap, GAP_BOUND);
+	}
+	return 0;
+}
+
+static int body_gap(struct ss_sync *s, int rank, struct job *job)
+{
+	struct ss_sync_stats st;
+	double waited;
+
+	(void)job;
+	fail_if(ss_shadow_start(s, NULL, NULL), "start");
+	/* from the first round on, the shadow thread runs them with a peer */
+	for (ss_sync_get_stats(s, &st); st.rounds < 1;
+	     ss_sync_get_stats(s, &st))
+		ss_sleep_ns(1000000);
+	fail_if(gap_iterations(s, rank, 40), "bound");
+	ss_sync_get_stats(s, &st);
+	fail_if(st.gap_waits == 0,
+		"40 iterations at once, no wait for a round");
+	fail_if(ss_sync_barrier(s), "barrier"); /* both done: rounds may end */
+	if (rank == 1) {
+		fail_if(ss_shadow_stop(s), "the shadow thread failed");
+		__atomic_store_n(gap_stopped, 1, __ATOMIC_SEQ_CST);
+	} else {
+		/* a peer's shadow thread gone: no waiting for rounds that
+		 * cannot come (not the round timeout, 60 s, each time) */
+		while (!__atomic_load_n(gap_stopped, __ATOMIC_SEQ_CST))
+			ss_sleep_ns(1000000);
+		waited = st.gap_wait_s;
+		for (int i = 0; i < 100; i++)
+			ss_sync_add_iterations(s, 1);
+		ss_sync_get_stats(s, &st);
+		fail_if(st.gap_wait_s - waited > GAP_TIMEOUT_MS / 2e3,
+			"waited %.1f s for rounds with a stopped peer",
+			st.gap_wait_s - waited);
+		fail_if(ss_shadow_stop(s), "the shadow thread failed");
+	}
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+/*
+ * Rounds capped at 20 a second, trainers 40 iterations at once: each
+ * waits for a round once 4 passed since the last, and no longer once the
+ * peer's shadow thread stops.
+ */
+Test(sync, trainers_past_the_gap_bound_wait_for_a_round, .timeout = 180)
+{
+	struct job job = { .world = 2, .body = body_gap, .init = init_same };
+
+	gap_stopped = mmap(NULL, sizeof(*gap_stopped), PROT_READ | PROT_WRITE,
+			   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(gap_stopped, MAP_FAILED);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.max_gap = GAP_BOUND;
+	job.opts.max_rounds_per_s = 20;
+	job.opts.round_timeout_ms = GAP_TIMEOUT_MS;
+	run(&job);
+	cr_assert_gt(job.stats[0].gap_waits, 0);
+}
+
 struct fg_trainer {
 	struct ss_sync *s;
 	int rc;

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,7 +29,8 @@ struct trainer {
 /*
  * A Hogwild trainer: lock-free updates on its half of the replica, and a
  * chunk of the data claimed now and then, as train's trainers do (the
- * claim's deadline reads the round timeout the shadow thread sets).
+ * claim's deadline reads the round timeout the shadow thread sets), and
+ * waits for a round past the gap bound.
  */
 static void *trainer_main(void *arg)
 {
@@ -58,6 +60,7 @@ static int rank_main(int rank, int port_base, uint64_t key)
 
 	check(ranks_fabric_open(rank, 2, port_base, key, 0, &f) == 0, "open");
 	ss_sync_options_init(&so, SS_SYNC_MA);
+	so.max_gap = 16; /* the trainers' waits for a round, checked too */
 	check(ss_sync_create(&s, f, NPARAMS, &so) == 0, "sync");
 	w = ss_sync_params(s);
 	for (int i = 0; i < NPARAMS; i++)
@@ -88,6 +91,9 @@ static int rank_main(int rank, int port_base, uint64_t key)
 	ss_sync_get_stats(s, &st);
 	check(st.rounds > 0, "no round ran");
 	check(st.iterations > 0, "no trainer iteration");
+	fprintf(stderr, "rank %d: %llu rounds, %llu waits for one\n", rank,
+		(unsigned long long)st.rounds,
+		(unsigned long long)st.gap_waits);
 	check(ss_sync_barrier(s) == 0, "barrier");
 	ss_sync_destroy(&s);
 	ss_fabric_close(&f);

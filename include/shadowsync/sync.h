@@ -103,6 +103,18 @@ struct ss_sync_options {
 	 * Every rank must give the same.
 	 */
 	int hierarchical_from;
+	/*
+	 * A bound on the sync gap: while the shadow thread runs rounds with
+	 * a peer, a trainer waits in ss_sync_add_iterations() once this
+	 * many iterations (of all the rank's trainers together, the sync
+	 * gap's unit) have passed since the last applied round, until the
+	 * next one, or the round timeout.  For machines where the shadow
+	 * thread shares its core (more threads than cores): starved of CPU
+	 * it ran 1 round while 2 ranks trained apart, and their average was
+	 * worse than either.  0: never (the default; the trainers never
+	 * wait for the network).
+	 */
+	uint64_t max_gap;
 };
 
 #define SS_SYNC_HIERARCHICAL_FROM 32
@@ -256,7 +268,10 @@ void ss_sync_foreground_leave(struct ss_sync *sync);
 
 /*
  * ss_sync_add_iterations() - trainers report iterations done, for the sync
- * gap.  Thread-safe and cheap (one relaxed atomic add).
+ * gap.  Thread-safe and cheap (one relaxed atomic add), unless the gap
+ * passed @opts->max_gap: then it waits for the shadow thread's next round
+ * (at most the round timeout; after a wait that timed out, none until a
+ * round is applied).
  */
 void ss_sync_add_iterations(struct ss_sync *sync, uint64_t iterations);
 
@@ -294,6 +309,8 @@ struct ss_sync_stats {
 	uint64_t joins; /* restarted (or late) peers let in by a barrier */
 	uint64_t reseeds; /* times this rank reseeded from a peer (0 or 1) */
 	uint64_t iterations; /* as reported by the trainers */
+	uint64_t gap_waits; /* trainers' waits for a round (max_gap) */
+	double gap_wait_s; /* their time in those waits, summed */
 };
 
 /* ss_sync_get_stats() - a consistent snapshot; callable while running. */

@@ -226,6 +226,7 @@ int ss_sync_begin(struct ss_sync *s)
 	ss__state_from_replica(s);
 	s->begin_ns = ss_now_ns();
 	s->last_iterations = atomic_load(&s->iterations);
+	atomic_store(&s->round_iterations, s->last_iterations);
 	h = ss_sync_find_running(s);
 	if (h < 0) /* a fresh start: every counter counts from 0 */
 		ss__claims_ready(s);

@@ -5,6 +5,7 @@
  * bytes per second) that leave bandwidth to the trainers.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "sync_internal.h"
@@ -54,6 +55,71 @@ static bool ss_any_peer(struct ss_sync *s)
 	return ss__any_alive(s) || ss__barrier_due(s);
 }
 
+/*
+ * Whether trainers past the gap bound may wait for our rounds: only while
+ * we run them with a peer.  Waiters are woken on a change, so that none
+ * waits out its timeout for a shadow thread that went alone or stopped.
+ */
+static void ss_shadow_bounds_gap(struct ss_sync *s, bool bound)
+{
+	if (atomic_load_explicit(&s->gap_bound, memory_order_relaxed) == bound)
+		return;
+	pthread_mutex_lock(&s->lock);
+	atomic_store(&s->gap_bound, bound);
+	pthread_cond_broadcast(&s->round_cond);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* max_gap iterations since the last round: the next must wait for one */
+static bool ss_gap_reached(struct ss_sync *s)
+{
+	return atomic_load_explicit(&s->iterations, memory_order_relaxed) -
+		       atomic_load_explicit(&s->round_iterations,
+					    memory_order_relaxed) >=
+	       s->opts.max_gap;
+}
+
+void ss__gap_wait(struct ss_sync *s)
+{
+	unsigned timeout_ms = __atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED);
+	uint64_t start = ss_now_ns(),
+		 deadline = start + timeout_ms * 1000000ull;
+	bool gave_up = false;
+
+	pthread_mutex_lock(&s->lock);
+	/* after a wait that timed out, trainers go on until a round comes */
+	if (s->gap_gave_up == s->rounds + 1 ||
+	    !atomic_load_explicit(&s->gap_bound, memory_order_relaxed)) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	while (ss_gap_reached(s) &&
+	       atomic_load_explicit(&s->gap_bound, memory_order_relaxed) &&
+	       s->gap_gave_up != s->rounds + 1) {
+		struct timespec until;
+
+		if (ss_now_ns() >= deadline) {
+			gave_up = !s->gap_warned;
+			s->gap_warned = true;
+			s->gap_gave_up = s->rounds + 1;
+			break;
+		}
+		until.tv_sec = (time_t)(deadline / 1000000000ull);
+		until.tv_nsec = (long)(deadline % 1000000000ull);
+		pthread_cond_timedwait(&s->round_cond, &s->lock, &until);
+	}
+	s->gap_waits++;
+	s->gap_wait_s += (double)(ss_now_ns() - start) / 1e9;
+	pthread_mutex_unlock(&s->lock);
+	if (gave_up)
+		ss_log_warn("sync: rank %d: a trainer waited the round "
+			    "timeout (%u ms) for a round past the gap bound "
+			    "(%" PRIu64
+			    " iterations); the trainers go on until "
+			    "one is applied (warned once)",
+			    s->rank, timeout_ms, s->opts.max_gap);
+}
+
 static void *ss_shadow_main(void *arg)
 {
 	struct ss_sync *s = arg;
@@ -86,6 +152,7 @@ static void *ss_shadow_main(void *arg)
 			ss_fabric_progress(s->fabric);
 		}
 		pthread_mutex_unlock(&s->fabric_lock);
+		ss_shadow_bounds_gap(s, !alone);
 		if (alone) {
 			ss_sleep_ns(1000000);
 			continue;
@@ -98,6 +165,7 @@ static void *ss_shadow_main(void *arg)
 		}
 		ss_shadow_cap(s, &base);
 	}
+	ss_shadow_bounds_gap(s, false);
 	/* Peers in a round with us need not wait out their timeout. */
 	pthread_mutex_lock(&s->fabric_lock);
 	ss__stop_peers(s);

@@ -322,6 +322,7 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 		pthread_condattr_init(&attr);
 		pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
 		pthread_cond_init(&s->claim_cond, &attr);
+		pthread_cond_init(&s->round_cond, &attr);
 		pthread_condattr_destroy(&attr);
 	}
 	ss_sync_defaults(s);
@@ -406,6 +407,7 @@ void ss_sync_destroy(struct ss_sync **sync)
 	pthread_mutex_destroy(&s->fabric_lock);
 	pthread_mutex_destroy(&s->claim_lock);
 	pthread_cond_destroy(&s->claim_cond);
+	pthread_cond_destroy(&s->round_cond);
 	free(s);
 	*sync = NULL;
 }
@@ -441,8 +443,10 @@ static void ss_record(struct ss_sync *s, uint64_t start_ns,
 	s->bytes_sent += res->bytes;
 	s->gap_sum += (double)(it - s->last_iterations);
 	s->last_iterations = it;
+	atomic_store_explicit(&s->round_iterations, it, memory_order_relaxed);
 	if (res->norm2 > 0)
 		s->divergence = sqrt(res->diff2 / res->norm2);
+	pthread_cond_broadcast(&s->round_cond); /* trainers past max_gap */
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -714,8 +718,15 @@ int ss_sync_finish(struct ss_sync *s, int *missing)
 
 void ss_sync_add_iterations(struct ss_sync *s, uint64_t iterations)
 {
-	atomic_fetch_add_explicit(&s->iterations, iterations,
-				  memory_order_relaxed);
+	uint64_t it = atomic_fetch_add_explicit(&s->iterations, iterations,
+						memory_order_relaxed) +
+		      iterations;
+
+	if (s->opts.max_gap &&
+	    it - atomic_load_explicit(&s->round_iterations,
+				      memory_order_relaxed) >=
+		    s->opts.max_gap)
+		ss__gap_wait(s);
 }
 
 static int ss_cmp_double(const void *a, const void *b)
@@ -746,6 +757,8 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->joins = s->joins;
 	st->reseeds = s->reseeds;
 	st->divergence = s->divergence;
+	st->gap_waits = s->gap_waits;
+	st->gap_wait_s = s->gap_wait_s;
 	st->sync_gap = s->rounds ? s->gap_sum / (double)s->rounds : 0;
 	k = s->rounds < SS_LATENCIES ? s->rounds : SS_LATENCIES;
 	memcpy(lat, s->latencies, k * sizeof(double));
@@ -820,4 +833,12 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 			(unsigned long long)st.easgd_dropped,
 			st.round_timeout_ms);
 	}
+	if (st.gap_waits)
+		fprintf(out,
+			"sync %s: the trainers waited for a round %llu times "
+			"(%.2f s in all): the gap reached its bound of %llu "
+			"iterations\n",
+			ss_sync_algo_name(s->opts.algo),
+			(unsigned long long)st.gap_waits, st.gap_wait_s,
+			(unsigned long long)s->opts.max_gap);
 }

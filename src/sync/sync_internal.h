@@ -299,6 +299,17 @@ struct ss_sync {
 	uint64_t last_iterations;
 	double gap_sum, divergence;
 	double latencies[SS_LATENCIES];
+
+	/*
+	 * The bound on the sync gap (opts.max_gap): a trainer past it waits
+	 * on round_cond, under lock, for the next round ss_record() applies.
+	 */
+	atomic_uint_fast64_t round_iterations; /* iterations at that round */
+	atomic_bool gap_bound; /* the shadow thread runs rounds with a peer */
+	pthread_cond_t round_cond;
+	uint64_t gap_waits, gap_gave_up; /* gave up: at rounds + 1 */
+	double gap_wait_s;
+	bool gap_warned;
 };
 
 /*
@@ -540,6 +551,12 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms);
 
 /* ss__stop_peers() - tell every peer our shadow thread stopped. */
 void ss__stop_peers(struct ss_sync *s);
+
+/*
+ * ss__gap_wait() - a trainer past opts.max_gap waits for the shadow
+ * thread's next round (ss_sync_add_iterations()).
+ */
+void ss__gap_wait(struct ss_sync *s);
 
 /*
  * ss__wait_msgs() - until every live peer's message of @kind for this

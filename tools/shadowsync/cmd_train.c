@@ -244,6 +244,8 @@ int ss_cmd_train(int argc, char **argv)
 
 		if (rc == 0)
 			rc = src;
+		if (rc == 0)
+			ss_train_warn_few_rounds(&c, sync);
 	}
 	if (rc == 0 && res.examples == 0)
 		rc = ss_train_nothing_trained(&c, &res);

@@ -263,6 +263,14 @@ void ss_train_metrics_end(struct ss_train_cmd *c, struct ss_sync *sync,
 void ss_train_metrics_on_signal(void);
 
 /*
+ * ss_train_warn_few_rounds() - after training with the shadow thread: a
+ * warning when it averaged so rarely that the replicas trained mostly
+ * apart (a shadow thread short of CPU), naming what to change.
+ */
+void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
+			      struct ss_sync *sync);
+
+/*
  * ss_train_report() - the summary: text, or one JSON line with --json;
  * held-out figures from @test, none when it is NULL (its evaluation
  * failed).

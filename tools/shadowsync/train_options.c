@@ -55,6 +55,10 @@ static void ss_train_usage(FILE *out)
 		"  --alpha X --eta X --zeta X --beta X   the algorithms' parameters\n"
 		"  --nesterov yes|no      S-BMUF: Nesterov block momentum (yes)\n"
 		"  --max-rounds-per-s X   cap the shadow thread (default: no cap)\n"
+		"  --max-sync-gap N       trainers wait for a round once N iterations (of\n"
+		"                         the rank's trainers together) passed without one:\n"
+		"                         for a shadow thread that shares its core\n"
+		"                         (default 0: they never wait)\n"
 		"  --hierarchical-from N  S-MA: in groups of about sqrt(ranks) from N ranks\n"
 		"                         on (32; 0: never)\n"
 		"  --tables T             sharded (default with several ranks): one copy of\n"
@@ -130,6 +134,7 @@ enum {
 	OPT_NESTEROV,
 	OPT_BETA,
 	OPT_MAX_ROUNDS,
+	OPT_MAX_GAP,
 	OPT_ROUND_TIMEOUT,
 	OPT_CONNECT_TIMEOUT,
 	OPT_HIER_FROM,
@@ -188,6 +193,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "nesterov", required_argument, NULL, OPT_NESTEROV },
 		{ "beta", required_argument, NULL, OPT_BETA },
 		{ "max-rounds-per-s", required_argument, NULL, OPT_MAX_ROUNDS },
+		{ "max-sync-gap", required_argument, NULL, OPT_MAX_GAP },
 		{ "sync-tables", required_argument, NULL, OPT_SYNC_TABLES },
 		{ "tables", required_argument, NULL, OPT_TABLES },
 		{ "prefetch", required_argument, NULL, OPT_PREFETCH },
@@ -351,6 +357,11 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 					     0.001, 1e9,
 					     &c->sync.max_rounds_per_s);
 			break;
+		case OPT_MAX_GAP:
+			rc = ss_parse_long("--max-sync-gap", optarg, 0,
+					   1L << 40, &v);
+			c->sync.max_gap = (uint64_t)v;
+			break;
 		case OPT_ROUND_TIMEOUT:
 			rc = ss_parse_long("--round-timeout-ms", optarg, 1,
 					   3600000, &v);
@@ -479,6 +490,18 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 				    "own: give --mode foreground for rounds "
 				    "every K steps",
 				    "--sync-every");
+	if (c->sync.max_gap && c->sync.algo == SS_SYNC_NONE)
+		return ss_error_set(SS_EUSAGE,
+				    "there are no rounds to wait for",
+				    "drop it, or give --sync ma, easgd, bmuf "
+				    "or gossip",
+				    "--max-sync-gap with --sync none");
+	if (c->sync.max_gap && c->foreground)
+		return ss_error_set(SS_EUSAGE, "only with --mode shadow",
+				    "in the foreground mode the trainers run "
+				    "the rounds themselves, every --sync-every "
+				    "steps",
+				    "--max-sync-gap");
 	/* $SS_GID_INDEX may be set for the whole cluster; the option is
 	 * this run's, and over shm it would be ignored */
 	if (gid_given && c->fabric.transport == SS_TRANSPORT_SHM)

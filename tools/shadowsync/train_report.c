@@ -28,6 +28,42 @@ static int ss_predict_sharded(const struct ss_model_config *m,
 	return rc;
 }
 
+/*
+ * Fewer than this many rounds while training, over at least
+ * SS_FEW_ROUNDS_WORK iterations: with 2 ranks, a shadow thread short of a
+ * core ran 1 or 2 rounds in 625 iterations, and the average of the two
+ * replicas was worse than either (NE 0.96 against 0.80 and 0.84); healthy,
+ * the same job ran 12 to 60.
+ */
+#define SS_FEW_ROUNDS 10
+#define SS_FEW_ROUNDS_WORK 100
+
+void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
+			      struct ss_sync *sync)
+{
+	struct ss_sync_stats st;
+	uint64_t gap;
+
+	if (c->fabric.world < 2 || c->foreground)
+		return;
+	ss_sync_get_stats(sync, &st);
+	if (st.rounds >= SS_FEW_ROUNDS || st.iterations < SS_FEW_ROUNDS_WORK)
+		return;
+	gap = st.iterations / 50 ? st.iterations / 50 : 1; /* 50 rounds */
+	ss_log_warn("sync: rank %d: only %" PRIu64 " round%s while its "
+		    "trainers ran %" PRIu64 " iterations: the replicas "
+		    "trained mostly apart, and their average can be worse "
+		    "than either; %s, or make the trainers wait for rounds: "
+		    "--max-sync-gap %" PRIu64,
+		    c->fabric.rank, st.rounds, st.rounds == 1 ? "" : "s",
+		    st.iterations,
+		    c->sync.max_rounds_per_s > 0 ?
+			    "raise --max-rounds-per-s" :
+			    "give the shadow thread a core of its own (fewer "
+			    "--threads, no other work on its core)",
+		    gap);
+}
+
 int ss_evaluate(const struct ss_model_config *m, const float *params,
 		struct ss_table *table, const char *path, enum ss_bad_lines bad,
 		struct ss_metrics *out, uint64_t *skipped)
@@ -151,11 +187,13 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
 			       ",\"rounds_partial\":%" PRIu64
 			       ",\"messages_late\":%" PRIu64
-			       ",\"round_timeout_ms\":%u,\"synced_floats\":%zu",
+			       ",\"round_timeout_ms\":%u,\"synced_floats\":%zu"
+			       ",\"gap_waits\":%" PRIu64 ",\"gap_wait_s\":%.3f",
 			       s.rounds, s.rounds_per_s, s.sync_gap,
 			       s.peers_left_out, s.rounds_partial,
 			       s.messages_late, s.round_timeout_ms,
-			       ss_sync_synced_len(sync));
+			       ss_sync_synced_len(sync), s.gap_waits,
+			       s.gap_wait_s);
 			printf(",\"left_out_by_peer\":[");
 			for (int p = 0; p < c->fabric.world; p++)
 				printf("%s%" PRIu64, p ? "," : "",
