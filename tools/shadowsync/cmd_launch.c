@@ -91,6 +91,7 @@ struct ss_rank_proc {
 	double seconds;
 	int claim_fd; /* its address's claim until it starts, else -1 */
 	bool never_started; /* launch failed before it */
+	int stopped_by; /* the signal launch sent it to stop, 0: none */
 };
 
 struct ss_launch {
@@ -509,6 +510,7 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 	p->out_fd = out[0];
 	p->err_fd = err[0];
 	p->exited = false;
+	p->stopped_by = 0;
 	p->out_len = p->err_len = 0;
 	if (p->pid < 0)
 		return ss_error_set(-errno, NULL, NULL, "fork rank %d", r);
@@ -662,8 +664,9 @@ static void ss_launch_read(struct ss_launch *l, int r, bool is_err)
 static void ss_launch_kill(struct ss_launch *l, int sig)
 {
 	for (int r = 0; r < l->n; r++)
-		if (l->ranks[r].pid > 0 && !l->ranks[r].exited)
-			kill(l->ranks[r].pid, sig);
+		if (l->ranks[r].pid > 0 && !l->ranks[r].exited &&
+		    kill(l->ranks[r].pid, sig) == 0)
+			l->ranks[r].stopped_by = sig;
 }
 
 static bool ss_launch_failed(const struct ss_rank_proc *p)
@@ -682,6 +685,10 @@ static void ss_launch_describe(const struct ss_rank_proc *p, char *buf,
 		snprintf(buf, size, "not started");
 	else if (WIFEXITED(p->status))
 		snprintf(buf, size, "exit %d", WEXITSTATUS(p->status));
+	else if (WIFSIGNALED(p->status) && WTERMSIG(p->status) == p->stopped_by)
+		/* not "killed": it may have been failing on its own (its
+		 * messages say), as the rank that made launch stop it */
+		snprintf(buf, size, "stopped (SIG%s)", sig ? sig : "?");
 	else if (WIFSIGNALED(p->status))
 		snprintf(buf, size, "killed by SIG%s", sig ? sig : "?");
 	else
