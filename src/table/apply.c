@@ -38,19 +38,30 @@ bool ss__table_apply_logs(struct ss_table *tb)
 	if (atomic_load_explicit(&tb->paused, memory_order_relaxed))
 		return false;
 	for (int p = 0; p < tb->world; p++) {
-		uint64_t applied = 0;
+		uint64_t applied = 0, before = tb->consumed[p];
 
 		while (tb->consumed[p] < tb->queued[p]) {
 			struct ss__table_entry *e = ss__table_entry(
 				tb, tb->log_in, p, tb->consumed[p]);
 
-			/* a sender of another layout is refused at connect */
-			if (e->slot < slots)
+			/* a sender of another layout is refused at connect:
+			 * a slot past ours is a defect, skipped and not counted
+			 * as applied, so the job's totals show it */
+			if (e->slot < slots) {
 				ss__table_apply(tb, e->slot, e->g);
+				applied++;
+			} else if (!tb->bad_slot_warned) {
+				tb->bad_slot_warned = true;
+				ss_log_error(
+					"table: rank %d sent a gradient for "
+					"slot %u of a shard of %u: skipped "
+					"(and any more like it); report "
+					"this",
+					p, e->slot, slots);
+			}
 			tb->consumed[p]++;
-			applied++;
 		}
-		if (applied) {
+		if (tb->consumed[p] != before) {
 			atomic_store_explicit(&tb->head_out[p], tb->consumed[p],
 					      memory_order_release);
 			ss__table_count(&tb->st.applied, applied);

@@ -149,6 +149,7 @@ struct ss_table {
 	_Atomic bool sleeping;
 	bool idle_ready; /* lock and condition initialized */
 	bool place_warned;
+	bool bad_slot_warned; /* the applier's, once */
 	_Atomic bool stop;
 	_Atomic bool paused; /* the applier */
 	_Atomic uint64_t flushing; /* flush requests in progress */
