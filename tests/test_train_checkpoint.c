@@ -410,3 +410,36 @@ Test(checkpoint, a_save_through_a_link_lands_at_its_target)
 		cr_assert_eq(examples, 77);
 	}
 }
+
+/* What a signal handler removes: the save's own temporary file. */
+Test(checkpoint, the_temporary_file_of_a_save_through_a_link_is_the_targets)
+{
+	char link[160], sub[160], tmp[512], want[512], *real;
+	char small[8];
+
+	snprintf(sub, sizeof(sub), "%s/there", dir);
+	cr_assert_eq(mkdir(sub, 0755), 0);
+	snprintf(link, sizeof(link), "%s/plain.ckpt", dir);
+	cr_assert_eq(ss_checkpoint_tmp_path(link, tmp, sizeof(tmp)), 0);
+	snprintf(want, sizeof(want), "%s.tmp", link);
+	cr_assert_str_eq(tmp, want);
+	/* a link to a file not there yet, then one that is */
+	snprintf(link, sizeof(link), "%s/link", dir);
+	cr_assert_eq(symlink("there/model.ckpt", link), 0);
+	for (int there = 0; there < 2; there++) {
+		cr_assert_eq(ss_checkpoint_tmp_path(link, tmp, sizeof(tmp)), 0);
+		if (there) {
+			real = realpath(sub, NULL);
+			snprintf(want, sizeof(want), "%s/model.ckpt.tmp", real);
+			free(real);
+		} else {
+			snprintf(want, sizeof(want), "%s/there/model.ckpt.tmp",
+				 dir);
+		}
+		cr_assert_str_eq(tmp, want);
+		cr_assert_eq(ss_checkpoint_save(link, w, NULL, N, LAYOUT, 1),
+			     0);
+	}
+	cr_assert_eq(ss_checkpoint_tmp_path(link, small, sizeof(small)),
+		     -ENAMETOOLONG);
+}

@@ -94,6 +94,15 @@ int ss_checkpoint_load_parts(const char *path,
 			     bool *has_state);
 
 /*
+ * ss_checkpoint_tmp_path() - the temporary file a save to @path writes:
+ * PATH.tmp, or TARGET.tmp when @path is a symbolic link (a save lands at
+ * its target and keeps the link), into @buf of @size bytes.  For a
+ * signal handler to remove a save's half-written file.  Returns 0, or
+ * -ENAMETOOLONG.
+ */
+int ss_checkpoint_tmp_path(const char *path, char *buf, size_t size);
+
+/*
  * ss_checkpoint_peek() - the header's layout hash, parameter count and
  * examples, unchecked otherwise: to say which job a refused file is from.
  */

@@ -316,6 +316,19 @@ static char *ss_save_target(const char *path)
 	return out;
 }
 
+int ss_checkpoint_tmp_path(const char *path, char *buf, size_t size)
+{
+	char *target = ss_save_target(path);
+	int len = snprintf(buf, size, "%s" SS_CHECKPOINT_TMP_SUFFIX,
+			   target ? target : path);
+
+	free(target);
+	if (len < 0 || (size_t)len >= size)
+		return ss_error_set(-ENAMETOOLONG, NULL, NULL,
+				    "the temporary file of '%s'", path);
+	return 0;
+}
+
 static int ss_save_parts_at(const char *path,
 			    const struct ss_checkpoint_part *params, int np,
 			    const struct ss_checkpoint_part *state, int ns,

@@ -211,9 +211,11 @@ int ss_train_save(const struct ss_train_cmd *c, const float *params,
 
 	if (!path)
 		return 0;
-	snprintf(ss_saving_tmp, sizeof(ss_saving_tmp),
-		 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
-	ss_saving = 1;
+	/* through a link, the save writes at its target */
+	if (ss_checkpoint_tmp_path(path, ss_saving_tmp, sizeof(ss_saving_tmp)) <
+	    0)
+		ss_saving_tmp[0] = '\0';
+	ss_saving = ss_saving_tmp[0] != '\0';
 	if (c->table)
 		rc = ss_train_save_shard(c, path, params,
 					 c->resumed + examples);
