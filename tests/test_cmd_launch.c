@@ -151,8 +151,8 @@ Test(cmd_launch, dense_only_sync_synchronizes_the_mlps)
 
 /*
  * A shadow thread capped at 1 round a second runs 1 or 2 while the
- * trainers run about 190 iterations: each rank says its replicas trained
- * mostly apart.  Capped at 10 a second, with the gap bounded at 10
+ * trainers run about 190 iterations (static halves of the data): each
+ * rank says its replicas trained mostly apart, and names the cap.  Capped at 10 a second, with the gap bounded at 10
  * iterations, the trainers wait for rounds (counted), the ranks average
  * at least every 10 iterations, and neither warns.
  */
@@ -165,7 +165,7 @@ Test(cmd_launch, too_few_rounds_are_named_and_a_gap_bound_waits_for_them)
 	snprintf(cmd, sizeof(cmd),
 		 "%s launch -n 2 --port %d -- train --data %s/train.txt " MODEL
 		 " --threads 1 --batch 16 --progress 0 --tables replicated "
-		 "--max-rounds-per-s 1 2>&1",
+		 "--data-split static --max-rounds-per-s 1 2>&1",
 		 SS_COMMAND, port() + 30, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	for (int r = 0; r < 2; r++) {
@@ -174,14 +174,15 @@ Test(cmd_launch, too_few_rounds_are_named_and_a_gap_bound_waits_for_them)
 		snprintf(want, sizeof(want), "sync: rank %d: only ", r);
 		at = strstr(out, want);
 		cr_assert(at && strstr(at, " while its trainers ran") &&
-				  strstr(at, "--max-sync-gap"),
+				  strstr(at, "raise --max-rounds-per-s (1)"),
 			  "%s", out);
 	}
 	snprintf(
 		cmd, sizeof(cmd),
 		"%s launch -n 2 --port %d --json -- train --data %s/train.txt " MODEL
 		" --threads 1 --batch 16 --progress 0 --tables replicated "
-		"--max-rounds-per-s 10 --max-sync-gap 10 2>&1",
+		"--data-split static --max-rounds-per-s 10 --max-sync-gap 10 "
+		"2>&1",
 		SS_COMMAND, port() + 34, dir);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0, "%s", out);
 	cr_assert_null(strstr(out, " while its trainers ran"), "%s", out);

@@ -91,9 +91,15 @@ static int rank_main(int rank, int port_base, uint64_t key)
 	ss_sync_get_stats(s, &st);
 	check(st.rounds > 0, "no round ran");
 	check(st.iterations > 0, "no trainer iteration");
-	fprintf(stderr, "rank %d: %llu rounds, %llu waits for one\n", rank,
-		(unsigned long long)st.rounds,
-		(unsigned long long)st.gap_waits);
+	{
+		uint64_t waits;
+		double waited;
+
+		ss_sync_gap_waits(s, &waits, &waited);
+		fprintf(stderr, "rank %d: %llu rounds, %llu waits for one\n",
+			rank, (unsigned long long)st.rounds,
+			(unsigned long long)waits);
+	}
 	check(ss_sync_barrier(s) == 0, "barrier");
 	ss_sync_destroy(&s);
 	ss_fabric_close(&f);

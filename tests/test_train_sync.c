@@ -142,7 +142,11 @@ static int rank_main(int rank, void *arg)
 	memcpy(job->out->first[rank], w, sizeof(job->out->first[rank]));
 	job->out->examples[rank] = res.examples;
 	job->out->rounds[rank] = st.rounds;
-	job->out->gap_waits[rank] = st.gap_waits;
+	{
+		double waited;
+
+		ss_sync_gap_waits(s, &job->out->gap_waits[rank], &waited);
+	}
 	ss_sync_destroy(&s);
 	ss_fabric_close(&f);
 	return 0;

@@ -309,12 +309,18 @@ struct ss_sync_stats {
 	uint64_t joins; /* restarted (or late) peers let in by a barrier */
 	uint64_t reseeds; /* times this rank reseeded from a peer (0 or 1) */
 	uint64_t iterations; /* as reported by the trainers */
-	uint64_t gap_waits; /* trainers' waits for a round (max_gap) */
-	double gap_wait_s; /* their time in those waits, summed */
 };
 
 /* ss_sync_get_stats() - a consistent snapshot; callable while running. */
 void ss_sync_get_stats(struct ss_sync *sync, struct ss_sync_stats *stats);
+
+/*
+ * ss_sync_gap_waits() - the trainers' waits for a round past
+ * @opts->max_gap: how many, and their seconds, summed over the trainers
+ * (kept out of struct ss_sync_stats, which is fixed for a SOVERSION).
+ * Callable while running.
+ */
+void ss_sync_gap_waits(struct ss_sync *sync, uint64_t *waits, double *seconds);
 
 /*
  * ss_sync_peer_left_out() - rounds @peer was left out of (0 for ourselves

@@ -57,26 +57,41 @@ static bool ss_any_peer(struct ss_sync *s)
 
 /*
  * Whether trainers past the gap bound may wait for our rounds: only while
- * we run them with a peer.  Waiters are woken on a change, so that none
- * waits out its timeout for a shadow thread that went alone or stopped.
+ * we run them with a live peer (not alone, nor while only a barrier or a
+ * join is due, which apply no round).  Waiters are woken on a change, so
+ * that none waits out its timeout for a shadow thread that went alone or
+ * stopped; iterations run alone do not count toward the next gap.
  */
 static void ss_shadow_bounds_gap(struct ss_sync *s, bool bound)
 {
 	if (atomic_load_explicit(&s->gap_bound, memory_order_relaxed) == bound)
 		return;
 	pthread_mutex_lock(&s->lock);
+	if (bound)
+		atomic_store(&s->round_iterations, atomic_load(&s->iterations));
 	atomic_store(&s->gap_bound, bound);
 	pthread_cond_broadcast(&s->round_cond);
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* max_gap iterations since the last round: the next must wait for one */
-static bool ss_gap_reached(struct ss_sync *s)
+/*
+ * Whether a trainer waits (under s->lock): the gap reached, our rounds
+ * running with a peer, the last one whole (a partial round, a peer left
+ * out for the round timeout, says the next may be as slow: the trainers
+ * do not wait on a stalled peer round after round), and no wait given up
+ * since the last round.  Signed: a round applied after our count makes
+ * the gap negative.
+ */
+static bool ss_gap_holds_trainers(struct ss_sync *s)
 {
-	return atomic_load_explicit(&s->iterations, memory_order_relaxed) -
-		       atomic_load_explicit(&s->round_iterations,
-					    memory_order_relaxed) >=
-	       s->opts.max_gap;
+	int64_t gap = (int64_t)(atomic_load_explicit(&s->iterations,
+						     memory_order_relaxed) -
+				atomic_load_explicit(&s->round_iterations,
+						     memory_order_relaxed));
+
+	return gap >= (int64_t)s->opts.max_gap &&
+	       atomic_load_explicit(&s->gap_bound, memory_order_relaxed) &&
+	       !s->gap_last_partial && s->gap_gave_up != s->rounds + 1;
 }
 
 void ss__gap_wait(struct ss_sync *s)
@@ -84,32 +99,30 @@ void ss__gap_wait(struct ss_sync *s)
 	unsigned timeout_ms = __atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED);
 	uint64_t start = ss_now_ns(),
 		 deadline = start + timeout_ms * 1000000ull;
-	bool gave_up = false;
+	bool waited = false, gave_up = false;
 
 	pthread_mutex_lock(&s->lock);
-	/* after a wait that timed out, trainers go on until a round comes */
-	if (s->gap_gave_up == s->rounds + 1 ||
-	    !atomic_load_explicit(&s->gap_bound, memory_order_relaxed)) {
-		pthread_mutex_unlock(&s->lock);
-		return;
-	}
-	while (ss_gap_reached(s) &&
-	       atomic_load_explicit(&s->gap_bound, memory_order_relaxed) &&
-	       s->gap_gave_up != s->rounds + 1) {
+	while (ss_gap_holds_trainers(s)) {
 		struct timespec until;
 
 		if (ss_now_ns() >= deadline) {
+			/* the others go on too, and none waits again until
+			 * a round is applied */
 			gave_up = !s->gap_warned;
 			s->gap_warned = true;
 			s->gap_gave_up = s->rounds + 1;
+			pthread_cond_broadcast(&s->round_cond);
 			break;
 		}
+		waited = true;
 		until.tv_sec = (time_t)(deadline / 1000000000ull);
 		until.tv_nsec = (long)(deadline % 1000000000ull);
 		pthread_cond_timedwait(&s->round_cond, &s->lock, &until);
 	}
-	s->gap_waits++;
-	s->gap_wait_s += (double)(ss_now_ns() - start) / 1e9;
+	if (waited) {
+		s->gap_waits++;
+		s->gap_wait_s += (double)(ss_now_ns() - start) / 1e9;
+	}
 	pthread_mutex_unlock(&s->lock);
 	if (gave_up)
 		ss_log_warn("sync: rank %d: a trainer waited the round "
@@ -137,11 +150,11 @@ static void *ss_shadow_main(void *arg)
 	base.bytes = st.bytes_sent;
 	while (!atomic_load_explicit(&s->stop, memory_order_relaxed)) {
 		int rc;
-
-		bool alone;
+		bool alone, bound;
 
 		pthread_mutex_lock(&s->fabric_lock);
 		alone = !ss_any_peer(s);
+		bound = ss__any_alive(s);
 		if (alone) {
 			/*
 			 * Alone: no round to run, but a peer coming back must
@@ -152,7 +165,7 @@ static void *ss_shadow_main(void *arg)
 			ss_fabric_progress(s->fabric);
 		}
 		pthread_mutex_unlock(&s->fabric_lock);
-		ss_shadow_bounds_gap(s, !alone);
+		ss_shadow_bounds_gap(s, bound);
 		if (alone) {
 			ss_sleep_ns(1000000);
 			continue;

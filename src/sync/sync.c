@@ -290,7 +290,9 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 
 	*out = NULL;
 	ss_sync_options_init(&copy, SS_SYNC_NONE);
-	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+	/* the oldest: before hierarchical_from (0.1 as first released) */
+	rc = ss__options_in(&copy, sizeof(copy), given,
+			    offsetof(struct ss_sync_options, hierarchical_from),
 			    "ss_sync_options");
 	if (rc < 0)
 		return rc;
@@ -308,6 +310,8 @@ int ss_sync_create(struct ss_sync **out, struct ss_fabric *fabric, size_t n,
 		return ss_error_set(-ENOMEM, NULL, NULL, "sync");
 	s->fabric = fabric;
 	s->opts = *opts;
+	if (s->opts.max_gap > INT64_MAX) /* compared signed */
+		s->opts.max_gap = INT64_MAX;
 	s->len = n;
 	s->n = opts->synced ? opts->synced : n;
 	s->rank = ss_fabric_rank(fabric);
@@ -444,6 +448,7 @@ static void ss_record(struct ss_sync *s, uint64_t start_ns,
 	s->gap_sum += (double)(it - s->last_iterations);
 	s->last_iterations = it;
 	atomic_store_explicit(&s->round_iterations, it, memory_order_relaxed);
+	s->gap_last_partial = s->partial;
 	if (res->norm2 > 0)
 		s->divergence = sqrt(res->diff2 / res->norm2);
 	pthread_cond_broadcast(&s->round_cond); /* trainers past max_gap */
@@ -722,10 +727,11 @@ void ss_sync_add_iterations(struct ss_sync *s, uint64_t iterations)
 						memory_order_relaxed) +
 		      iterations;
 
+	/* signed: a round applied since our add makes it negative */
 	if (s->opts.max_gap &&
-	    it - atomic_load_explicit(&s->round_iterations,
-				      memory_order_relaxed) >=
-		    s->opts.max_gap)
+	    (int64_t)(it - atomic_load_explicit(&s->round_iterations,
+						memory_order_relaxed)) >=
+		    (int64_t)s->opts.max_gap)
 		ss__gap_wait(s);
 }
 
@@ -757,8 +763,6 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	st->joins = s->joins;
 	st->reseeds = s->reseeds;
 	st->divergence = s->divergence;
-	st->gap_waits = s->gap_waits;
-	st->gap_wait_s = s->gap_wait_s;
 	st->sync_gap = s->rounds ? s->gap_sum / (double)s->rounds : 0;
 	k = s->rounds < SS_LATENCIES ? s->rounds : SS_LATENCIES;
 	memcpy(lat, s->latencies, k * sizeof(double));
@@ -780,6 +784,14 @@ void ss_sync_get_stats(struct ss_sync *s, struct ss_sync_stats *st)
 	}
 }
 
+void ss_sync_gap_waits(struct ss_sync *s, uint64_t *waits, double *seconds)
+{
+	pthread_mutex_lock(&s->lock);
+	*waits = s->gap_waits;
+	*seconds = s->gap_wait_s;
+	pthread_mutex_unlock(&s->lock);
+}
+
 uint64_t ss_sync_peer_left_out(struct ss_sync *s, int p)
 {
 	uint64_t n = 0;
@@ -794,6 +806,8 @@ uint64_t ss_sync_peer_left_out(struct ss_sync *s, int p)
 
 void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 {
+	uint64_t waits;
+	double waited;
 	struct ss_sync_stats st;
 	int worst = -1;
 
@@ -833,12 +847,13 @@ void ss_sync_print_stats(struct ss_sync *s, FILE *out)
 			(unsigned long long)st.easgd_dropped,
 			st.round_timeout_ms);
 	}
-	if (st.gap_waits)
+	ss_sync_gap_waits(s, &waits, &waited);
+	if (waits)
 		fprintf(out,
 			"sync %s: the trainers waited for a round %llu times "
 			"(%.2f s in all): the gap reached its bound of %llu "
 			"iterations\n",
 			ss_sync_algo_name(s->opts.algo),
-			(unsigned long long)st.gap_waits, st.gap_wait_s,
+			(unsigned long long)waits, waited,
 			(unsigned long long)s->opts.max_gap);
 }

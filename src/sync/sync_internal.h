@@ -310,6 +310,7 @@ struct ss_sync {
 	uint64_t gap_waits, gap_gave_up; /* gave up: at rounds + 1 */
 	double gap_wait_s;
 	bool gap_warned;
+	bool gap_last_partial; /* the last round left a peer out */
 };
 
 /*

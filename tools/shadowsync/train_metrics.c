@@ -216,6 +216,8 @@ static void ss_scrape_training(struct ss_prom *p, const struct ss_scrape *s)
 
 static void ss_scrape_sync(struct ss_prom *p, const struct ss_scrape *s)
 {
+	uint64_t waits;
+	double waited;
 	struct ss_sync_stats st;
 	char peer[32];
 
@@ -271,13 +273,14 @@ static void ss_scrape_sync(struct ss_prom *p, const struct ss_scrape *s)
 	ss_prom_counter(p, "shadowsync_sync_iterations_total",
 			"Trainer iterations reported to the sync engine",
 			st.iterations);
+	ss_sync_gap_waits(s->sync, &waits, &waited);
 	ss_prom_counter(p, "shadowsync_sync_gap_waits_total",
 			"Trainers' waits for a round past --max-sync-gap",
-			st.gap_waits);
+			waits);
 	ss_prom_family(p, "shadowsync_sync_gap_wait_seconds_total", "counter",
 		       "Trainers' time in those waits, summed");
 	ss_prom_double(p, "shadowsync_sync_gap_wait_seconds_total", NULL,
-		       st.gap_wait_s);
+		       waited);
 	ss_prom_gauge(p, "shadowsync_sync_members",
 		      "Ranks in the rounds now, this one included", st.members);
 	ss_prom_gauge(p, "shadowsync_sync_round_timeout_seconds",

@@ -42,26 +42,36 @@ void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
 			      struct ss_sync *sync)
 {
 	struct ss_sync_stats st;
-	uint64_t gap;
 
 	if (c->fabric.world < 2 || c->foreground)
 		return;
 	ss_sync_get_stats(sync, &st);
-	if (st.rounds >= SS_FEW_ROUNDS || st.iterations < SS_FEW_ROUNDS_WORK)
+	/* alone (its peers failed or finished): no round was there to run,
+	 * and the sync layer said why */
+	if (st.rounds >= SS_FEW_ROUNDS || st.iterations < SS_FEW_ROUNDS_WORK ||
+	    st.members < 2)
 		return;
-	gap = st.iterations / 50 ? st.iterations / 50 : 1; /* 50 rounds */
+	if (c->sync.max_rounds_per_s > 0) {
+		/* a gap bound under a cap holds the trainers to the cap */
+		ss_log_warn("sync: rank %d: only %" PRIu64 " round%s while "
+			    "its trainers ran %" PRIu64 " iterations: the "
+			    "replicas trained mostly apart, and their "
+			    "average can be worse than either; raise "
+			    "--max-rounds-per-s (%g)",
+			    c->fabric.rank, st.rounds,
+			    st.rounds == 1 ? "" : "s", st.iterations,
+			    c->sync.max_rounds_per_s);
+		return;
+	}
 	ss_log_warn("sync: rank %d: only %" PRIu64 " round%s while its "
 		    "trainers ran %" PRIu64 " iterations: the replicas "
 		    "trained mostly apart, and their average can be worse "
-		    "than either; %s, or make the trainers wait for rounds: "
-		    "--max-sync-gap %" PRIu64,
+		    "than either; give the shadow thread a core of its own "
+		    "(fewer --threads, no other work on its core), or make "
+		    "the trainers wait for rounds: --max-sync-gap N (about "
+		    "%" PRIu64 " for 50 rounds)",
 		    c->fabric.rank, st.rounds, st.rounds == 1 ? "" : "s",
-		    st.iterations,
-		    c->sync.max_rounds_per_s > 0 ?
-			    "raise --max-rounds-per-s" :
-			    "give the shadow thread a core of its own (fewer "
-			    "--threads, no other work on its core)",
-		    gap);
+		    st.iterations, st.iterations / 50 ? st.iterations / 50 : 1);
 }
 
 int ss_evaluate(const struct ss_model_config *m, const float *params,
@@ -181,8 +191,11 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		}
 		if (sync) {
 			struct ss_sync_stats s;
+			uint64_t waits;
+			double waited;
 
 			ss_sync_get_stats(sync, &s);
+			ss_sync_gap_waits(sync, &waits, &waited);
 			printf(",\"rounds\":%" PRIu64
 			       ",\"rounds_per_s\":%.2f,\"sync_gap\":%.2f,\"peers_left_out\":%" PRIu64
 			       ",\"rounds_partial\":%" PRIu64
@@ -192,8 +205,7 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 			       s.rounds, s.rounds_per_s, s.sync_gap,
 			       s.peers_left_out, s.rounds_partial,
 			       s.messages_late, s.round_timeout_ms,
-			       ss_sync_synced_len(sync), s.gap_waits,
-			       s.gap_wait_s);
+			       ss_sync_synced_len(sync), waits, waited);
 			printf(",\"left_out_by_peer\":[");
 			for (int p = 0; p < c->fabric.world; p++)
 				printf("%s%" PRIu64, p ? "," : "",
