@@ -10,7 +10,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/options.h"
 #include "cmd.h"
@@ -322,6 +324,49 @@ Test(options, every_call_refuses_a_struct_never_initialized)
 	assert_refused(ss_topo_plan(topo, &pr, &plan), "ss_plan_request");
 	cr_assert_null(plan);
 	ss_topo_close(&topo);
+}
+
+/*
+ * Through real calls: a program built against the headers before
+ * ss_sync_options.hierarchical_from and ss_fabric_options.partial_connect
+ * (and ss_table_options.fill) opens a fabric, a sync and sizes a table
+ * with its shorter structs, the missing fields at their defaults.
+ * Before, the sync and the fabric refused them as sizes they did not
+ * know.
+ */
+Test(options, an_earlier_headers_structs_are_taken)
+{
+	char addr[32];
+	const char *addrs[1] = { addr };
+	struct ss_fabric_options fo;
+	struct ss_sync_options so;
+	struct ss_table_options to;
+	struct ss_fabric *fabric = NULL;
+	struct ss_sync *sync = NULL;
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", 20000 + getpid() % 20000);
+	ss_fabric_options_init_size(
+		&fo, offsetof(struct ss_fabric_options, partial_connect));
+	fo.transport = SS_TRANSPORT_SHM;
+	fo.world = 1;
+	fo.addrs = addrs;
+	cr_assert_eq(ss_fabric_open(&fabric, &fo), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
+	ss_sync_options_init_size(
+		&so, offsetof(struct ss_sync_options, hierarchical_from),
+		SS_SYNC_MA);
+	cr_assert_eq(ss_sync_create(&sync, fabric, 4, &so), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
+	ss_sync_destroy(&sync);
+	ss_fabric_close(&fabric);
+	ss_table_options_init_size(&to,
+				   offsetof(struct ss_table_options, fill));
+	to.tables = 1;
+	to.rows = 100;
+	to.width = 4;
+	to.clients = 1;
+	cr_assert_gt(ss_table_registered_bytes(&to, 2), 0, "%s: %s",
+		     ss_last_error()->what, ss_last_error()->why);
 }
 
 /*

@@ -673,6 +673,54 @@ Test(cmd_launch, a_failed_start_leaves_no_claims)
 }
 
 /*
+ * Hosts lost and ranks restarted: three launches of one rank each (a job
+ * over hosts).  Rank 2's launch and rank dies for good (its host lost);
+ * once ranks 0 and 1 go on without it, rank 1 is killed and its launch
+ * starts it again: it gives up on rank 2 at the connect timeout (2 s),
+ * rejoins rank 0, and both finish.  Before, its connect waited for every
+ * peer, failed, and its launch with it.
+ */
+Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
+{
+	char cmd[4096], out[16384];
+	int p = port() + 40;
+
+	snprintf(
+		cmd, sizeof(cmd),
+		"cd %s && %s gen-data --out lost.txt --examples 100000 "
+		"--cardinality 300 >/dev/null || exit 9; "
+		"P=127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d; "
+		"T='train --data lost.txt " MODEL " --threads 1 --progress 1 "
+		"--epochs 4 --connect-timeout 2'; "
+		"%s launch --peers $P --rank 0 -- $T > out0 2>&1 & L0=$!; "
+		"%s launch --peers $P --rank 1 --restarts 1 -- $T > out1 2>&1 & "
+		"L1=$!; "
+		"%s launch --peers $P --rank 2 -- $T > out2 2>&1 & L2=$!; "
+		"for i in $(seq 1200); do grep -q '^.rank 2. rank 2: ' out2 && "
+		"break; sleep 0.05; done; "
+		"kill -KILL $L2 $(pgrep -P $L2); "
+		"for i in $(seq 1200); do grep -q 'rank 1 goes on with 2 members' "
+		"out1 && break; sleep 0.05; done; "
+		"kill -KILL $(pgrep -P $L1); "
+		"wait $L0; echo \"launch 0 status $?\"; wait $L1; "
+		"echo \"launch 1 status $?\"; cat out1; grep -v ' s: ' out0",
+		dir, SS_COMMAND, p, p + 10, p + 20, SS_COMMAND, SS_COMMAND,
+		SS_COMMAND);
+	cmd_run(out, sizeof(out), "%s", cmd);
+	cr_assert(strstr(out, "launch 0 status 0"), "%s", out);
+	cr_assert(strstr(out, "launch 1 status 0"), "%s", out);
+	cr_assert(strstr(out, "rank 1 failed (killed by SIGKILL); starting it "
+			      "again"),
+		  "%s", out);
+	cr_assert(strstr(out, "failed: no answer within the connect timeout "
+			      "(2000 ms)"),
+		  "%s", out);
+	cr_assert(strstr(out, "rank 1 starts while rank 0 runs: joining"), "%s",
+		  out);
+	cr_assert(strstr(out, "    1  exit 0, restarted 1x"), "%s", out);
+}
+
+/*
  * A job over hosts: one launch per rank, each given the whole address
  * list (here two on this machine over shm); each runs its own rank, and
  * they agree on the job key without being told one.

@@ -52,7 +52,13 @@ struct job {
 	int (*body)(struct rank_ctx *c, struct job *job);
 	/* a rank whose connect is expected to fail runs this instead */
 	int (*on_connect_error)(struct rank_ctx *c, int rc);
+	/* rank @late starts once the others connected without it, with a
+	 * partial connect (as a rank that rejoins) */
+	bool one_comes_late;
+	int late;
 };
+
+static int *partial_up; /* shared: ranks connected without the last */
 
 static bool verbs(void)
 {
@@ -200,8 +206,19 @@ static int run_rank(struct job *job, int rank, int port_base,
 	struct rank_ctx ctx = { .rank = rank, .world = job->world }, *c = &ctx;
 	int rc;
 
+	if (job->one_comes_late && rank == job->late) {
+		for (int i = 0;
+		     i < 6000 && __atomic_load_n(partial_up, __ATOMIC_SEQ_CST) <
+					 job->world - 1;
+		     i++)
+			ss_sleep_ns(10000000);
+		fail_if(__atomic_load_n(partial_up, __ATOMIC_SEQ_CST) <
+				job->world - 1,
+			"the others did not connect without us in 60 s");
+	}
 	ranks_addrs(job->world, port_base, addr_buf, addrs);
 	ss_fabric_options_init(&o);
+	o.partial_connect = job->one_comes_late && rank != job->late;
 	o.transport = verbs() ? SS_TRANSPORT_VERBS : SS_TRANSPORT_SHM;
 	o.rank = rank;
 	o.world = job->world;
@@ -1042,6 +1059,72 @@ Test(fabric, missing_peer_times_out_naming_it, .timeout = 120)
 	cr_assert_eq(run_rank(&job, 1, ranks_port_base(), 1), 0);
 	cr_assert_lt(ss_now_ns() - start, 30000000000ull,
 		     "the 2 s timeout took more than 30 s");
+}
+
+/* ---- a partial connect -------------------------------------------------- */
+
+static int body_partial(struct rank_ctx *c, struct job *job)
+{
+	int late = job->late, other = 3 - late - c->rank;
+	struct ss_completion comp;
+	uint32_t imm;
+
+	if (c->rank == late) /* let in by both, as a failed peer come back */
+		return finish_together(c);
+	fail_if(ss_fabric_peer_ok(c->f, late), "peer %d ok: never started",
+		late);
+	fail_if(!ss_fabric_peer_ok(c->f, other), "peer %d not connected",
+		other);
+	/* the two that answered work together */
+	fail_if(signal_peer(c, other, 7) || wait_imm(c, other, &imm),
+		"an immediate to and from peer %d", other);
+	fail_if(imm != 7, "immediate %u from peer %d, want 7", imm, other);
+	__atomic_add_fetch(partial_up, 1, __ATOMIC_SEQ_CST);
+	for (int i = 0; i < 1200 && !ss_fabric_peer_ok(c->f, late); i++) {
+		int n = ss_fabric_poll(c->f, &comp, 1, 50);
+
+		c->marks += n == 1 && comp.op == SS_OP_RECV_IMM &&
+			    comp.imm == FINAL_MARK;
+	}
+	fail_if(!ss_fabric_peer_ok(c->f, late) ||
+			ss_fabric_peer_epoch(c->f, late) != 2,
+		"late peer %d: ok %d, epoch %u", late,
+		ss_fabric_peer_ok(c->f, late),
+		ss_fabric_peer_epoch(c->f, late));
+	return finish_together(c);
+}
+
+/*
+ * Two ranks of 3 connect partially (as a rank that rejoins a job does):
+ * at the 2 s timeout the third, not started, is failed, and the two go
+ * on together; when it starts, both let it in as a failed peer that came
+ * back (epoch 2): rank 2 connects to them, and they to rank 0 (lower
+ * ranks accept) by their background retries.  Before, both connects
+ * failed with -ETIMEDOUT.
+ */
+static void partial_connect(int late)
+{
+	struct job job = { .world = 3,
+			   .body = body_partial,
+			   .timeout_ms = 2000,
+			   .one_comes_late = true,
+			   .late = late };
+
+	skip_without_device();
+	partial_up = mmap(NULL, sizeof(*partial_up), PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(partial_up, MAP_FAILED);
+	cr_assert_eq(run_job(&job), 0);
+}
+
+Test(fabric, a_partial_connect_goes_on_without_a_missing_peer, .timeout = 180)
+{
+	partial_connect(2);
+}
+
+Test(fabric, a_partial_connect_lets_in_a_late_lowest_rank, .timeout = 180)
+{
+	partial_connect(0);
 }
 
 /* ---- a peer that dies --------------------------------------------------- */

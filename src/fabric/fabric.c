@@ -206,7 +206,9 @@ int ss_fabric_open(struct ss_fabric **out,
 
 	*out = NULL;
 	ss_fabric_options_init(&copy);
-	rc = ss__options_in(&copy, sizeof(copy), given, sizeof(copy),
+	/* the oldest: before partial_connect */
+	rc = ss__options_in(&copy, sizeof(copy), given,
+			    offsetof(struct ss_fabric_options, partial_connect),
 			    "ss_fabric_options");
 	if (rc == 0)
 		rc = ss_fabric_check_options(opts);

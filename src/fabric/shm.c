@@ -559,6 +559,20 @@ static int ss_shm_attached(struct ss_fabric *f, int p)
 	return 1;
 }
 
+/*
+ * A partial connect's end: the peers that have not attached by the
+ * timeout are failed, and retried as any failed peer (ss_shm_retry).
+ */
+static void ss_shm_give_up_on(struct ss_fabric *f, const bool *attached)
+{
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && !attached[p])
+			ss__peer_fail(f, p,
+				      "no answer within the connect timeout "
+				      "(%u ms)",
+				      f->opts.timeout_ms);
+}
+
 static int ss_shm_connect(struct ss_fabric *f)
 {
 	struct ss_shm *s = f->backend;
@@ -602,6 +616,11 @@ static int ss_shm_connect(struct ss_fabric *f)
 		}
 		if (left == 0)
 			break;
+		if (ss_deadline_passed(deadline) && f->opts.partial_connect &&
+		    left < f->opts.world - 1) {
+			ss_shm_give_up_on(f, attached);
+			break;
+		}
 		if (ss_deadline_passed(deadline)) {
 			size_t len = 0;
 
@@ -869,9 +888,9 @@ static void ss_shm_progress(struct ss_fabric *f)
 	struct ss_shm *s = f->backend;
 	uint64_t now;
 
+	/* (one never connected, given up on by a partial connect, too) */
 	for (int p = 0; p < f->opts.world; p++)
-		if (p != f->opts.rank && f->peers[p].failed &&
-		    f->peers[p].connected)
+		if (p != f->opts.rank && f->peers[p].failed)
 			ss_shm_retry(f, p);
 	now = ss_now_ns();
 	if (now < s->next_liveness_ns)

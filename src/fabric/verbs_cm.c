@@ -660,12 +660,18 @@ void ss__verbs_cm_events(struct ss_fabric *f)
 		ss_cm_event(f, ev);
 }
 
-/* Post one internal operation to every peer: a table READ or "ready". */
+/*
+ * Post one internal operation to every peer (but those a partial connect
+ * gave up on): a table READ or "ready".
+ */
 static int ss_post_internal(struct ss_fabric *f, bool ready)
 {
+	struct ss_verbs *v = f->backend;
+
 	for (int p = 0; p < f->opts.world; p++) {
-		int rc = p == f->opts.rank ? 0 :
-					     ss_post_internal_one(f, p, ready);
+		int rc = p == f->opts.rank || v->peers[p].given_up ?
+				 0 :
+				 ss_post_internal_one(f, p, ready);
 
 		if (rc < 0)
 			return rc;
@@ -704,7 +710,7 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 		for (int p = 0; p < f->opts.world; p++) {
 			struct ss_verbs_peer *vp = &v->peers[p];
 
-			if (p == f->opts.rank)
+			if (p == f->opts.rank || vp->given_up)
 				continue;
 			/*
 			 * A peer that finished (its table read, "ready" both
@@ -728,6 +734,7 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 		if (done) {
 			for (int p = 0; p < f->opts.world; p++)
 				if (p != f->opts.rank &&
+				    !v->peers[p].given_up &&
 				    ss__table_read(&v->peer_tables[p],
 						   f->n_regions,
 						   &f->peers[p]) < 0)
@@ -750,13 +757,41 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 	return 0;
 }
 
+/* Every peer up, but those a partial connect gave up on. */
 static bool ss_all_up(struct ss_fabric *f)
 {
 	struct ss_verbs *v = f->backend;
 
 	for (int p = 0; p < f->opts.world; p++)
-		if (p != f->opts.rank && v->peers[p].state != SS_VP_UP)
+		if (p != f->opts.rank && v->peers[p].state != SS_VP_UP &&
+		    !v->peers[p].given_up)
 			return false;
+	return true;
+}
+
+/*
+ * A partial connect at its timeout: fail the peers not up (retried by
+ * ss__verbs_reconnect once connected, as any failed peer) and go on with
+ * the others; false when none is up.
+ */
+static bool ss_give_up_on_missing(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+	int up = 0;
+
+	for (int p = 0; p < f->opts.world; p++)
+		up += p != f->opts.rank && v->peers[p].state == SS_VP_UP;
+	if (!f->opts.partial_connect || up == 0)
+		return false;
+	for (int p = 0; p < f->opts.world; p++) {
+		if (p == f->opts.rank || v->peers[p].state == SS_VP_UP)
+			continue;
+		ss_cm_reset(f, p);
+		v->peers[p].given_up = true;
+		ss__peer_fail(f, p,
+			      "no answer within the connect timeout (%u ms)",
+			      f->opts.timeout_ms);
+	}
 	return true;
 }
 
@@ -962,8 +997,13 @@ int ss__verbs_connect(struct ss_fabric *f)
 					"it disconnected while connecting",
 					"see that rank's own messages",
 					"peer %d (%s)", p, f->peers[p].addr);
-		if (ss_deadline_passed(deadline))
-			return ss_connect_timeout(f);
+		if (ss_deadline_passed(deadline)) {
+			if (!ss_give_up_on_missing(f))
+				return ss_connect_timeout(f);
+			/* the tables and "ready" of those up: time for them */
+			deadline = ss_deadline_ns(f->opts.timeout_ms);
+			break;
+		}
 	}
 	rc = ss_finish_connect(f, deadline);
 	return rc < 0 ? rc : ss__verbs_loopback(f);

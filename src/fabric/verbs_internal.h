@@ -62,6 +62,7 @@ struct ss_verbs_peer {
 	bool ready_sent; /* our "connected" immediate has completed */
 	bool ready_seen; /* its "connected" immediate has arrived */
 	bool disconnect_sent;
+	bool given_up; /* by a partial connect: failed, skipped while connecting */
 	/* after the first connect: a peer coming back, as ss_finish_connect */
 	uint8_t rejoin; /* enum ss_verbs_rejoin */
 	uint64_t rejoin_deadline;

@@ -403,8 +403,10 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 			    offsetof(struct ss_table_options, fill),
 			    "ss_table_options");
 	if (rc == 0)
-		rc = ss__options_in(&fo, sizeof(fo), fabric_opts, sizeof(fo),
-				    "ss_fabric_options");
+		rc = ss__options_in(
+			&fo, sizeof(fo), fabric_opts,
+			offsetof(struct ss_fabric_options, partial_connect),
+			"ss_fabric_options");
 	if (rc == 0)
 		rc = ss_table_check(opts);
 	/* the shard's size divides by it before the fabric checks it */
@@ -701,7 +703,8 @@ size_t ss_table_registered_bytes(const struct ss_table_options *opts, int world)
 
 	ss_table_options_init(&tb.opts); /* an older caller's struct */
 	if (world < 1 ||
-	    ss__options_in(&tb.opts, sizeof(tb.opts), opts, sizeof(tb.opts),
+	    ss__options_in(&tb.opts, sizeof(tb.opts), opts,
+			   offsetof(struct ss_table_options, fill),
 			   "ss_table_options") < 0 ||
 	    ss_table_check(&tb.opts) < 0)
 		return 0;

@@ -68,6 +68,9 @@ int ss_cmd_train(int argc, char **argv)
 				  "drop --rejoin, or give the job's peers "
 				  "(--peers or --hostfile)",
 				  "--rejoin");
+	/* a rank that rejoins goes on with the ranks that run: one dead
+	 * for good (its host lost) must not keep it out of the job */
+	c.fabric.partial_connect = c.rejoin;
 	if (rc == 0)
 		rc = ss_train_resolve_tables(&c);
 	if (rc == 0)

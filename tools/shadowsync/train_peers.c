@@ -139,8 +139,8 @@ int ss_train_connect_failed(const struct ss_train_cmd *c, int rc)
 	e = *ss_last_error(); /* set below overwrites it */
 	return ss_error_set(
 		rc, e.why,
-		"this rank was started again (--rejoin) and needs the other "
-		"ranks running: if they have finished, the job has ended and "
-		"there is nothing to rejoin; else see their messages",
+		"this rank was started again (--rejoin) and no other rank "
+		"answered: if they have finished, the job has ended and there "
+		"is nothing to rejoin; else see their messages",
 		"%s", e.what);
 }
