@@ -229,6 +229,8 @@ static int run_rank(struct job *job, int rank, int port_base,
 	if (job->default_timeout)
 		o.timeout_ms = 0; /* the fabric's own default */
 	o.max_message = job->max_message;
+	if (job->one_comes_late && rank == job->late)
+		o.timeout_ms = 20000; /* the others redial on their backoff */
 	rc = ss_fabric_open(&c->f, &o);
 	fail_if(rc != 0, "open: %s", ss_strerror(rc));
 	for (int i = 0; i < N_REGIONS; i++) {

@@ -71,6 +71,7 @@ struct ss_shm_peer {
 	uint64_t start; /* and its start time (a pid can be reused) */
 	uint32_t knock_tried; /* the last process that attached to us, tried */
 	bool remapped; /* failed, and a new process of it mapped */
+	bool given_up; /* mapped, then failed by a partial connect */
 	uint64_t alive_ns; /* when its process was last seen alive */
 };
 
@@ -565,12 +566,18 @@ static int ss_shm_attached(struct ss_fabric *f, int p)
  */
 static void ss_shm_give_up_on(struct ss_fabric *f, const bool *attached)
 {
-	for (int p = 0; p < f->opts.world; p++)
-		if (p != f->opts.rank && !attached[p])
-			ss__peer_fail(f, p,
-				      "no answer within the connect timeout "
-				      "(%u ms)",
-				      f->opts.timeout_ms);
+	struct ss_shm *s = f->backend;
+
+	for (int p = 0; p < f->opts.world; p++) {
+		if (p == f->opts.rank || attached[p])
+			continue;
+		/* mapped, not yet attached to us: its attach, when it comes,
+		 * is taken at once (ss_shm_retry), not at the backoff */
+		s->peers[p].given_up = f->peers[p].connected;
+		ss__peer_fail(f, p,
+			      "no answer within the connect timeout (%u ms)",
+			      f->opts.timeout_ms);
+	}
 }
 
 static int ss_shm_connect(struct ss_fabric *f)
@@ -854,10 +861,14 @@ static void ss_shm_retry(struct ss_fabric *f, int p)
 	int rc;
 
 	if (!sp->remapped) {
-		if ((!knock || knock == (uint32_t)sp->pid ||
+		bool now = sp->given_up && knock == (uint32_t)sp->pid;
+
+		if (!now &&
+		    (!knock || knock == (uint32_t)sp->pid ||
 		     knock == sp->knock_tried) &&
 		    !ss__retry_due(f, p))
 			return;
+		sp->given_up = false;
 		sp->knock_tried = knock;
 		ss_shm_forget(f, p);
 		ss__hello_make(f, &mine);

@@ -454,6 +454,22 @@ static void ss_cm_request(struct ss_fabric *f, struct rdma_cm_id *id,
 		rdma_destroy_id(id);
 		return;
 	}
+	/*
+	 * One we gave up on, coming while we still connect the others:
+	 * not now (accepted, it would be up with no table read and no
+	 * "ready" sent, then disconnected as failed); refused without a
+	 * hello, which it takes for "not ready", and tries again once we
+	 * run, as a failed peer's comeback.
+	 */
+	if (!bad && !f->connected && v->peers[p].given_up) {
+		ss_log_debug("verbs: peer %d (%s), given up on, asks to "
+			     "connect while we still connect the others: "
+			     "later",
+			     p, f->peers[p].addr);
+		rdma_reject(id, NULL, 0);
+		rdma_destroy_id(id);
+		return;
+	}
 	/* Once running, only a new process of a rank connects again. */
 	if (f->connected && v->peers[p].state == SS_VP_UP &&
 	    !f->peers[p].failed)
