@@ -58,7 +58,7 @@ NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
 CLUSTER2_TESTS := tests/cluster/fabric
 CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
-	tests/cluster/rank-restarts tests/cluster/link-flap
+	tests/cluster/link-flap
 
 # 2-rank jobs under the real launchers: Open MPI's mpirun, and srun on a
 # one-node Slurm the script starts itself (root; skipped otherwise)

@@ -85,11 +85,13 @@ struct ss_fabric_options {
 	int gid_index; /* -1: $SS_GID_INDEX, else chosen by rdma_cm */
 	size_t max_message; /* split operations above this; 0: device's */
 	/*
-	 * Connect to the peers that answer within the timeout, and mark the
-	 * others failed (retried in the background, as a peer that fails
-	 * later, until one comes): for a process that rejoins a running job,
-	 * where a peer may be dead for good.  ss_fabric_connect() then fails
-	 * only when no peer answered.  false: every peer, or -ETIMEDOUT.
+	 * Connect to the peers that answer, and mark the others failed
+	 * (retried in the background, as a peer that fails later, until one
+	 * comes): for a process that rejoins a running job, where a peer may
+	 * be dead for good.  It gives up on those still missing 5 s after it
+	 * began (the timeout, if shorter) once one peer is up, else waits
+	 * the timeout; ss_fabric_connect() then fails only when no peer
+	 * answered.  false: every peer, or -ETIMEDOUT.
 	 */
 	bool partial_connect;
 };
@@ -192,8 +194,8 @@ int ss_region_index(const struct ss_region *region);
  * to this rank too, so that operations may start at once on both sides.  A peer whose handshake differs (magic,
  * version, world size, job key, layout hash, region count) is refused and
  * the detail says what differed.  With @opts->partial_connect, the peers
- * missing at the timeout are failed instead, each with a warning, and the
- * rest connected.  Returns 0; -ETIMEDOUT naming the peers still missing
+ * missing once it gives up are failed instead, each with a warning, and
+ * the rest connected.  Returns 0; -ETIMEDOUT naming the peers still missing
  * (with partial_connect: all of them); SS_EHANDSHAKE; -errno.
  */
 int ss_fabric_connect(struct ss_fabric *fabric);

@@ -10,6 +10,22 @@
 
 #define SS_DEFAULT_TIMEOUT_MS 30000u
 
+/*
+ * A partial connect gives up on the peers still missing this long after
+ * it began (or at the timeout, if shorter), once one peer is up: the
+ * running ranks a rejoining rank connects to answer within a second, and
+ * one given up on is retried in the background anyway.  With none up it
+ * waits the whole timeout.
+ */
+#define SS_PARTIAL_WAIT_MS 5000u
+
+/* ss__partial_wait_ms() - how long a partial connect waits for all. */
+static inline unsigned ss__partial_wait_ms(unsigned timeout_ms)
+{
+	return timeout_ms < SS_PARTIAL_WAIT_MS ? timeout_ms :
+						 SS_PARTIAL_WAIT_MS;
+}
+
 struct ss_region {
 	struct ss_fabric *fabric;
 	int index;

@@ -575,15 +575,17 @@ static void ss_shm_give_up_on(struct ss_fabric *f, const bool *attached)
 		 * is taken at once (ss_shm_retry), not at the backoff */
 		s->peers[p].given_up = f->peers[p].connected;
 		ss__peer_fail(f, p,
-			      "no answer within the connect timeout (%u ms)",
-			      f->opts.timeout_ms);
+			      "no answer within %u ms of our partial connect",
+			      ss__partial_wait_ms(f->opts.timeout_ms));
 	}
 }
 
 static int ss_shm_connect(struct ss_fabric *f)
 {
 	struct ss_shm *s = f->backend;
-	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms),
+		 partial = ss_deadline_ns(
+			 ss__partial_wait_ms(f->opts.timeout_ms));
 	struct ss__hello mine;
 	char name[160], missing[256];
 	int left = f->opts.world - 1, rc = 0;
@@ -623,7 +625,7 @@ static int ss_shm_connect(struct ss_fabric *f)
 		}
 		if (left == 0)
 			break;
-		if (ss_deadline_passed(deadline) && f->opts.partial_connect &&
+		if (ss_deadline_passed(partial) && f->opts.partial_connect &&
 		    left < f->opts.world - 1) {
 			ss_shm_give_up_on(f, attached);
 			break;

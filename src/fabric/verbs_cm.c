@@ -736,11 +736,17 @@ static int ss_finish_connect(struct ss_fabric *f, uint64_t deadline)
 			 */
 			if (f->peers[p].failed &&
 			    !(vp->table_read && ready_posted &&
-			      vp->ready_sent && vp->ready_seen))
+			      vp->ready_sent && vp->ready_seen)) {
+				/* a partial connect goes on without it */
+				if (f->opts.partial_connect) {
+					vp->given_up = true;
+					continue;
+				}
 				return ss_error_set(
 					SS_EPEER, "it failed while connecting",
 					NULL, "peer %d (%s)", p,
 					f->peers[p].addr);
+			}
 			done &= vp->table_read &&
 				(!ready_posted ||
 				 (vp->ready_sent && vp->ready_seen));
@@ -786,28 +792,41 @@ static bool ss_all_up(struct ss_fabric *f)
 }
 
 /*
- * A partial connect at its timeout: fail the peers not up (retried by
- * ss__verbs_reconnect once connected, as any failed peer) and go on with
- * the others; false when none is up.
+ * A partial connect leaves @p out: failed (retried by ss__verbs_reconnect
+ * once connected, as any failed peer), skipped by the rest of the
+ * connect.
+ */
+static void ss_give_up_on(struct ss_fabric *f, int p, const char *why)
+{
+	struct ss_verbs *v = f->backend;
+
+	if (v->peers[p].state != SS_VP_UP)
+		ss_cm_reset(f, p);
+	v->peers[p].given_up = true;
+	ss__peer_fail(f, p, "%s", why);
+}
+
+/*
+ * A partial connect at its timeout: give up on the peers not up and go
+ * on with the others; false when none is up.
  */
 static bool ss_give_up_on_missing(struct ss_fabric *f)
 {
 	struct ss_verbs *v = f->backend;
+	char why[64];
 	int up = 0;
 
 	for (int p = 0; p < f->opts.world; p++)
 		up += p != f->opts.rank && v->peers[p].state == SS_VP_UP;
 	if (!f->opts.partial_connect || up == 0)
 		return false;
-	for (int p = 0; p < f->opts.world; p++) {
-		if (p == f->opts.rank || v->peers[p].state == SS_VP_UP)
-			continue;
-		ss_cm_reset(f, p);
-		v->peers[p].given_up = true;
-		ss__peer_fail(f, p,
-			      "no answer within the connect timeout (%u ms)",
-			      f->opts.timeout_ms);
-	}
+	snprintf(why, sizeof(why),
+		 "no answer within %u ms of our partial connect",
+		 ss__partial_wait_ms(f->opts.timeout_ms));
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && v->peers[p].state != SS_VP_UP &&
+		    !v->peers[p].given_up)
+			ss_give_up_on(f, p, why);
 	return true;
 }
 
@@ -974,7 +993,9 @@ int ss__verbs_connect(struct ss_fabric *f)
 {
 	int rc;
 	struct ss_verbs *v = f->backend;
-	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms);
+	uint64_t deadline = ss_deadline_ns(f->opts.timeout_ms),
+		 partial = ss_deadline_ns(
+			 ss__partial_wait_ms(f->opts.timeout_ms));
 	struct ss__table *table = v->table;
 
 	v->cm_fatal = 0;
@@ -996,7 +1017,7 @@ int ss__verbs_connect(struct ss_fabric *f)
 
 			ss_cm_stalled(f, p, now);
 			if (v->peers[p].state != SS_VP_IDLE ||
-			    now < v->peers[p].retry_ns)
+			    v->peers[p].given_up || now < v->peers[p].retry_ns)
 				continue;
 			rc = ss_cm_start(f, p);
 			if (rc < 0)
@@ -1006,21 +1027,33 @@ int ss__verbs_connect(struct ss_fabric *f)
 		ss__verbs_cm_events(f);
 		if (v->cm_fatal)
 			return v->cm_fatal;
-		for (int p = 0; p < f->opts.world; p++)
-			if (v->peers[p].state == SS_VP_DOWN)
-				return ss_error_set(
-					SS_EPEER,
-					"it disconnected while connecting",
-					"see that rank's own messages",
-					"peer %d (%s)", p, f->peers[p].addr);
-		if (ss_deadline_passed(deadline)) {
-			if (!ss_give_up_on_missing(f))
-				return ss_connect_timeout(f);
+		for (int p = 0; p < f->opts.world; p++) {
+			if (v->peers[p].state != SS_VP_DOWN)
+				continue;
+			/* a partial connect goes on without it */
+			if (f->opts.partial_connect) {
+				ss_give_up_on(f, p,
+					      "it disconnected while we "
+					      "connected");
+				continue;
+			}
+			return ss_error_set(
+				SS_EPEER, "it disconnected while connecting",
+				"see that rank's own messages", "peer %d (%s)",
+				p, f->peers[p].addr);
+		}
+		if (f->opts.partial_connect && ss_deadline_passed(partial) &&
+		    ss_give_up_on_missing(f)) {
 			/* the tables and "ready" of those up: time for them */
 			deadline = ss_deadline_ns(f->opts.timeout_ms);
 			break;
 		}
+		if (ss_deadline_passed(deadline))
+			return ss_connect_timeout(f);
 	}
+	/* every peer given up on (each disconnected): no one to go on with */
+	if (f->opts.partial_connect && !ss_give_up_on_missing(f))
+		return ss_connect_timeout(f);
 	rc = ss_finish_connect(f, deadline);
 	return rc < 0 ? rc : ss__verbs_loopback(f);
 }
