@@ -88,7 +88,7 @@ struct ss_fabric_options {
 	 * Connect to the peers that answer, and mark the others failed
 	 * (retried in the background, as a peer that fails later, until one
 	 * comes): for a process that rejoins a running job, where a peer may
-	 * be dead for good.  It gives up on those still missing 5 s after it
+	 * be dead for good.  It gives up on those still missing 7 s after it
 	 * began (the timeout, if shorter) once one peer is up, else waits
 	 * the timeout; ss_fabric_connect() then fails only when no peer
 	 * answered.  false: every peer, or -ETIMEDOUT.

@@ -12,12 +12,13 @@
 
 /*
  * A partial connect gives up on the peers still missing this long after
- * it began (or at the timeout, if shorter), once one peer is up: the
- * running ranks a rejoining rank connects to answer within a second, and
- * one given up on is retried in the background anyway.  With none up it
- * waits the whole timeout.
+ * it began (or at the timeout, if shorter), once one peer is up: more
+ * than the longest backoff of a running peer's redials (SS_RETRY_MAX_MS,
+ * 5 s: a higher rank connects to us at its next retry) and a connection's
+ * round trips; one given up on is retried in the background anyway.
+ * With none up it waits the whole timeout.
  */
-#define SS_PARTIAL_WAIT_MS 5000u
+#define SS_PARTIAL_WAIT_MS 7000u
 
 /* ss__partial_wait_ms() - how long a partial connect waits for all. */
 static inline unsigned ss__partial_wait_ms(unsigned timeout_ms)

@@ -689,6 +689,13 @@ static int ss_post_internal(struct ss_fabric *f, bool ready)
 				 0 :
 				 ss_post_internal_one(f, p, ready);
 
+		if (rc < 0 && f->opts.partial_connect) {
+			/* its queue pair failed since: a partial connect goes
+			 * on without it */
+			v->peers[p].given_up = true;
+			ss__peer_fail(f, p, "%s", ss_last_error()->what);
+			continue;
+		}
 		if (rc < 0)
 			return rc;
 	}
@@ -1053,8 +1060,26 @@ int ss__verbs_connect(struct ss_fabric *f)
 	}
 	/* every peer given up on (each disconnected): no one to go on with */
 	if (f->opts.partial_connect && !ss_give_up_on_missing(f))
-		return ss_connect_timeout(f);
+		return ss_error_set(-ETIMEDOUT,
+				    "every peer that answered disconnected "
+				    "while we connected",
+				    "see their own messages",
+				    "verbs: connecting on %s",
+				    ss__verbs_where(v));
 	rc = ss_finish_connect(f, deadline);
+	if (rc == 0 && f->opts.partial_connect) {
+		bool any = false;
+
+		for (int p = 0; p < f->opts.world; p++)
+			any |= p != f->opts.rank && !v->peers[p].given_up;
+		if (!any) /* the last ones failed in the exchange */
+			return ss_error_set(-ETIMEDOUT,
+					    "every peer that answered failed "
+					    "while we connected",
+					    "see their own messages",
+					    "verbs: connecting on %s",
+					    ss__verbs_where(v));
+	}
 	return rc < 0 ? rc : ss__verbs_loopback(f);
 }
 

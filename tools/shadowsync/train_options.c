@@ -96,7 +96,7 @@ static void ss_train_usage(FILE *out)
 		"                         (launch --restarts passes it): with --tables sharded\n"
 		"                         its rows come from its own --save checkpoint, the\n"
 		"                         last --save-every wrote, when there is one; peers\n"
-		"                         that do not answer within 5 s, once one has, are\n"
+		"                         that do not answer within 7 s, once one has, are\n"
 		"                         left out (a host lost for good)\n"
 		"output\n"
 		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
