@@ -744,11 +744,14 @@ static int body_stall(struct ss_table *t, int rank, struct job *job)
 	return 1;
 }
 
-Test(table, a_stalled_owner_is_waited_for_not_skipped, .timeout = 150)
+/* A job of @world ranks around rank 1 stopped, over shm only. */
+static void
+run_stall(int world, int (*body)(struct ss_table *t, int rank, struct job *job),
+	  unsigned fabric_timeout_ms, unsigned timeout_ms)
 {
-	struct job job = { .world = 2,
-			   .body = body_stall,
-			   .fabric_timeout_ms = 2000 };
+	struct job job = { .world = world,
+			   .body = body,
+			   .fabric_timeout_ms = fabric_timeout_ms };
 
 	if (ranks_transport() != SS_TRANSPORT_SHM)
 		cr_skip_test("shm's ring of immediates (verbs retries)");
@@ -756,8 +759,13 @@ Test(table, a_stalled_owner_is_waited_for_not_skipped, .timeout = 150)
 	job.opts.rows = ROWS;
 	job.opts.width = WIDTH;
 	job.opts.log_entries = 4096;
-	job.opts.timeout_ms = 20000;
+	job.opts.timeout_ms = timeout_ms;
 	run(&job);
+}
+
+Test(table, a_stalled_owner_is_waited_for_not_skipped, .timeout = 150)
+{
+	run_stall(2, body_stall, 2000, 20000);
 }
 
 /*
@@ -813,18 +821,7 @@ static int body_stall_others(struct ss_table *t, int rank, struct job *job)
 
 Test(table, a_stalled_owner_holds_up_no_other_owners_rows, .timeout = 150)
 {
-	struct job job = { .world = 3,
-			   .body = body_stall_others,
-			   .fabric_timeout_ms = 5000 };
-
-	if (ranks_transport() != SS_TRANSPORT_SHM)
-		cr_skip_test("shm's ring of immediates (verbs retries)");
-	ss_table_options_init(&job.opts);
-	job.opts.rows = ROWS;
-	job.opts.width = WIDTH;
-	job.opts.log_entries = 4096;
-	job.opts.timeout_ms = 1000;
-	run(&job);
+	run_stall(3, body_stall_others, 5000, 1000);
 }
 
 /*

@@ -813,6 +813,17 @@ static void ss_give_up_on(struct ss_fabric *f, int p, const char *why)
 	ss__peer_fail(f, p, "%s", why);
 }
 
+/* Whether a partial connect has a peer it did not give up on. */
+static bool ss_any_left(struct ss_fabric *f)
+{
+	struct ss_verbs *v = f->backend;
+
+	for (int p = 0; p < f->opts.world; p++)
+		if (p != f->opts.rank && !v->peers[p].given_up)
+			return true;
+	return false;
+}
+
 /*
  * A partial connect at its timeout: give up on the peers not up and go
  * on with the others; false when none is up.
@@ -1058,28 +1069,16 @@ int ss__verbs_connect(struct ss_fabric *f)
 		if (ss_deadline_passed(deadline))
 			return ss_connect_timeout(f);
 	}
-	/* every peer given up on (each disconnected): no one to go on with */
-	if (f->opts.partial_connect && !ss_give_up_on_missing(f))
+	rc = ss_finish_connect(f, deadline);
+	/* every peer given up on (each disconnected or failed on the way):
+	 * no one to go on with */
+	if (rc == 0 && f->opts.partial_connect && !ss_any_left(f))
 		return ss_error_set(-ETIMEDOUT,
-				    "every peer that answered disconnected "
-				    "while we connected",
+				    "every peer that answered disconnected or "
+				    "failed while we connected",
 				    "see their own messages",
 				    "verbs: connecting on %s",
 				    ss__verbs_where(v));
-	rc = ss_finish_connect(f, deadline);
-	if (rc == 0 && f->opts.partial_connect) {
-		bool any = false;
-
-		for (int p = 0; p < f->opts.world; p++)
-			any |= p != f->opts.rank && !v->peers[p].given_up;
-		if (!any) /* the last ones failed in the exchange */
-			return ss_error_set(-ETIMEDOUT,
-					    "every peer that answered failed "
-					    "while we connected",
-					    "see their own messages",
-					    "verbs: connecting on %s",
-					    ss__verbs_where(v));
-	}
 	return rc < 0 ? rc : ss__verbs_loopback(f);
 }
 

@@ -79,17 +79,11 @@ static void ss_shadow_bounds_gap(struct ss_sync *s, bool bound)
  * running with a peer, the last one whole (a partial round, a peer left
  * out for the round timeout, says the next may be as slow: the trainers
  * do not wait on a stalled peer round after round), and no wait given up
- * since the last round.  Signed: a round applied after our count makes
- * the gap negative.
+ * since the last round.
  */
 static bool ss_gap_holds_trainers(struct ss_sync *s)
 {
-	int64_t gap = (int64_t)(atomic_load_explicit(&s->iterations,
-						     memory_order_relaxed) -
-				atomic_load_explicit(&s->round_iterations,
-						     memory_order_relaxed));
-
-	return gap >= (int64_t)s->opts.max_gap &&
+	return ss__gap(s) >= (int64_t)s->opts.max_gap &&
 	       atomic_load_explicit(&s->gap_bound, memory_order_relaxed) &&
 	       !s->gap_last_partial && s->gap_gave_up != s->rounds + 1;
 }

@@ -723,15 +723,9 @@ int ss_sync_finish(struct ss_sync *s, int *missing)
 
 void ss_sync_add_iterations(struct ss_sync *s, uint64_t iterations)
 {
-	uint64_t it = atomic_fetch_add_explicit(&s->iterations, iterations,
-						memory_order_relaxed) +
-		      iterations;
-
-	/* signed: a round applied since our add makes it negative */
-	if (s->opts.max_gap &&
-	    (int64_t)(it - atomic_load_explicit(&s->round_iterations,
-						memory_order_relaxed)) >=
-		    (int64_t)s->opts.max_gap)
+	atomic_fetch_add_explicit(&s->iterations, iterations,
+				  memory_order_relaxed);
+	if (s->opts.max_gap && ss__gap(s) >= (int64_t)s->opts.max_gap)
 		ss__gap_wait(s);
 }
 

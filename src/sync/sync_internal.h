@@ -554,6 +554,18 @@ void ss__pump(struct ss_sync *s, unsigned wait_ms);
 void ss__stop_peers(struct ss_sync *s);
 
 /*
+ * ss__gap() - the trainers' iterations since the last applied round.
+ * Signed: a round applied after a trainer's count makes it negative.
+ */
+static inline int64_t ss__gap(struct ss_sync *s)
+{
+	return (int64_t)(atomic_load_explicit(&s->iterations,
+					      memory_order_relaxed) -
+			 atomic_load_explicit(&s->round_iterations,
+					      memory_order_relaxed));
+}
+
+/*
  * ss__gap_wait() - a trainer past opts.max_gap waits for the shadow
  * thread's next round (ss_sync_add_iterations()).
  */

@@ -155,8 +155,8 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 		if (rc == 0 && path && !why) {
 			char tmp[sizeof(buf) + sizeof(SS_CHECKPOINT_TMP_SUFFIX)];
 
-			snprintf(tmp, sizeof(tmp),
-				 "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
+			if (ss_checkpoint_tmp_path(path, tmp, sizeof(tmp)) < 0)
+				tmp[0] = '\0';
 			if (ss_same_file(tmp, data))
 				why = "its temporary file, PATH.tmp, is the "
 				      "--data file";

@@ -42,6 +42,7 @@ void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
 			      struct ss_sync *sync)
 {
 	struct ss_sync_stats st;
+	char fix[192];
 
 	if (c->fabric.world < 2 || c->foreground)
 		return;
@@ -51,27 +52,23 @@ void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
 	if (st.rounds >= SS_FEW_ROUNDS || st.iterations < SS_FEW_ROUNDS_WORK ||
 	    st.members < 2)
 		return;
-	if (c->sync.max_rounds_per_s > 0) {
-		/* a gap bound under a cap holds the trainers to the cap */
-		ss_log_warn("sync: rank %d: only %" PRIu64 " round%s while "
-			    "its trainers ran %" PRIu64 " iterations: the "
-			    "replicas trained mostly apart, and their "
-			    "average can be worse than either; raise "
-			    "--max-rounds-per-s (%g)",
-			    c->fabric.rank, st.rounds,
-			    st.rounds == 1 ? "" : "s", st.iterations,
-			    c->sync.max_rounds_per_s);
-		return;
-	}
+	/* a gap bound under a cap holds the trainers to the cap */
+	if (c->sync.max_rounds_per_s > 0)
+		snprintf(fix, sizeof(fix), "raise --max-rounds-per-s (%g)",
+			 c->sync.max_rounds_per_s);
+	else
+		snprintf(fix, sizeof(fix),
+			 "give the shadow thread a core of its own (fewer "
+			 "--threads, no other work on its core), or make the "
+			 "trainers wait for rounds: --max-sync-gap N (about "
+			 "%" PRIu64 " for 50 rounds)",
+			 st.iterations / 50 ? st.iterations / 50 : 1);
 	ss_log_warn("sync: rank %d: only %" PRIu64 " round%s while its "
 		    "trainers ran %" PRIu64 " iterations: the replicas "
 		    "trained mostly apart, and their average can be worse "
-		    "than either; give the shadow thread a core of its own "
-		    "(fewer --threads, no other work on its core), or make "
-		    "the trainers wait for rounds: --max-sync-gap N (about "
-		    "%" PRIu64 " for 50 rounds)",
+		    "than either; %s",
 		    c->fabric.rank, st.rounds, st.rounds == 1 ? "" : "s",
-		    st.iterations, st.iterations / 50 ? st.iterations / 50 : 1);
+		    st.iterations, fix);
 }
 
 int ss_evaluate(const struct ss_model_config *m, const float *params,
