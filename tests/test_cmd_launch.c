@@ -599,6 +599,8 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		  "train option --hostfile" },
 		{ "-n 2 -- train --data x --port 9000",
 		  "give it to launch, before --" },
+		{ "-n 2 -- train --data x --job-began 1700000000",
+		  "train option --job-began: launch sets it" },
 		{ "-n 33 --port 65471 -- train --data x",
 		  "--port 65471 with -n 33: the ranks' ports would pass 65535" },
 		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
@@ -678,7 +680,9 @@ Test(cmd_launch, a_failed_start_leaves_no_claims)
  * once ranks 0 and 1 go on without it, rank 1 is killed and its launch
  * starts it again: it gives up on rank 2 at the connect timeout (2 s),
  * rejoins rank 0, and both finish.  Before, its connect waited for every
- * peer, failed, and its launch with it.
+ * peer, failed, and its launch with it.  The file at its --save path, an
+ * earlier job's, older than the job, is left alone: before, it was
+ * loaded as the rank's own shard.
  */
 Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 {
@@ -689,9 +693,10 @@ Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 		cmd, sizeof(cmd),
 		"cd %s && %s gen-data --out lost.txt --examples 400000 "
 		"--cardinality 300 >/dev/null || exit 9; export BLIS_ARCH_TYPE=25; "
+		"echo 'an earlier job' > ck.1 && touch -d '-1 hour' ck.1; "
 		"P=127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d; "
 		"T='train --data lost.txt " MODEL " --threads 1 --progress 1 "
-		"--epochs 2 --connect-timeout 2'; "
+		"--epochs 2 --connect-timeout 2 --save ck.{rank}'; "
 		"%s launch --peers $P --rank 0 -- $T > out0 2>&1 & L0=$!; "
 		"%s launch --peers $P --rank 1 --restarts 1 -- $T > out1 2>&1 & "
 		"L1=$!; "
@@ -720,6 +725,12 @@ Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 	cr_assert(strstr(out, "rank 1 starts while rank 0 runs: joining"), "%s",
 		  out);
 	cr_assert(strstr(out, "    1  exit 0, restarted 1x"), "%s", out);
+	/* not the earlier job's checkpoint at its --save path */
+	cr_assert(strstr(out, "rejoining: not loading ck.1: it was written "),
+		  "%s", out);
+	cr_assert(strstr(out, "rejoining: no checkpoint of shard 1 at ck.1 "
+			      "from this job"),
+		  "%s", out);
 }
 
 /*

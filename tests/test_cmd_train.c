@@ -227,6 +227,11 @@ Test(cmd_train, refusals_name_the_option)
 	train_refused(2, "--max-sync-gap -1", "--max-sync-gap");
 	train_refused(2, "--sync none --max-sync-gap 8",
 		      "--max-sync-gap with --sync none");
+	/* it only says which checkpoint a rank that rejoins may load */
+	train_refused(2, "--job-began 1700000000",
+		      "--job-began: only with "
+		      "--rejoin");
+	train_refused(2, "--rejoin --job-began soon", "--job-began");
 	snprintf(cmd, sizeof(cmd), "%s train --help", SS_COMMAND);
 	cr_assert_eq(cmd_run(out, sizeof(out), "%s", cmd), 0);
 	cr_assert(strstr(out, "--sync-every"), "%s", out);

@@ -20,6 +20,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "command.h"
@@ -108,6 +109,7 @@ struct ss_launch {
 	pid_t launcher;
 	uint64_t nonce; /* random: the default port and job key */
 	char job_key[24]; /* --job-key for the ranks, "" when the user gave one */
+	char began[32]; /* --job-began for a restarted rank: our first start */
 	int n_cores; /* this process's cores, shared out by --bind */
 	cpu_set_t *cores; /* the PUs of each, in hwloc's logical order */
 	int train_argc;
@@ -148,6 +150,8 @@ static int ss_launch_check_train_args(int argc, char **argv)
 		{ "--hostfile", SS_LAUNCH_NUMBERS },
 		{ "--transport", SS_GIVE_IT_TO_LAUNCH },
 		{ "--port", SS_GIVE_IT_TO_LAUNCH },
+		{ "--job-began",
+		  "leave it out; launch gives it to a rank it starts again" },
 		{ NULL, NULL },
 	};
 #undef SS_GIVE_IT_TO_LAUNCH
@@ -422,7 +426,7 @@ static void ss_launch_bind(const struct ss_launch *l, int r)
 static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 			   int out_fd, int err_fd)
 {
-	/* the program, train's options, then at most 12 of ours and NULL */
+	/* the program, train's options, then at most 13 of ours and NULL */
 	char **argv = calloc((size_t)l->train_argc + 16, sizeof(char *));
 	char rank[16];
 	int n = 0;
@@ -456,8 +460,11 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	argv[n++] = (char *)ss_transport_name(l->transport);
 	argv[n++] = "--json";
 	/* a job of one rank starts afresh: there is no one to rejoin */
-	if (l->ranks[r].restarts && strchr(peers, ','))
+	if (l->ranks[r].restarts && strchr(peers, ',')) {
 		argv[n++] = "--rejoin";
+		argv[n++] = "--job-began";
+		argv[n++] = (char *)l->began;
+	}
 	if (l->job_key[0]) {
 		argv[n++] = "--job-key";
 		argv[n++] = (char *)l->job_key;
@@ -548,6 +555,7 @@ static int ss_launch_claim(struct ss_launch *l)
 static int ss_launch_start(struct ss_launch *l)
 {
 	size_t size = (size_t)l->n * (strlen(l->host) + 8);
+	struct timespec now;
 	int rc = 0;
 
 	/* --peers names the job's addresses; else ours, from --port up */
@@ -559,6 +567,11 @@ static int ss_launch_start(struct ss_launch *l)
 	if (rc < 0)
 		return rc;
 	l->launcher = getpid();
+	/* A restarted rank's --save checkpoint older than this is an earlier
+	 * job's (train --job-began): the clock a file's time is set by. */
+	clock_gettime(CLOCK_REALTIME, &now);
+	snprintf(l->began, sizeof(l->began), "%lld.%03ld",
+		 (long long)now.tv_sec, now.tv_nsec / 1000000);
 	for (int r = 0; r < l->n && !l->job_peers; r++)
 		snprintf(l->peers + strlen(l->peers),
 			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",

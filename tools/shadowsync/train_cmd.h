@@ -64,6 +64,7 @@ struct ss_train_cmd {
 	int tables; /* --tables: enum ss_tables_kind */
 	float dense_lr; /* --dense-lr; 0: --lr */
 	bool rejoin; /* --rejoin: replaces a failed rank of a running job */
+	double job_began; /* --job-began: seconds since 1970; 0: not given */
 	struct ss_table *table; /* --tables sharded */
 	struct ss_table_stats trained; /* its stats when training ended */
 	int split; /* --data-split: 0 dynamic, 1 static, -1 not given */

@@ -98,6 +98,9 @@ static void ss_train_usage(FILE *out)
 		"                         last --save-every wrote, when there is one; peers\n"
 		"                         that do not answer within 7 s, once one has, are\n"
 		"                         left out (a host lost for good)\n"
+		"  --job-began T          with --rejoin: when the job began, in seconds since\n"
+		"                         1970 (launch passes it); a --save checkpoint older\n"
+		"                         than T is an earlier job's, and is not loaded\n"
 		"output\n"
 		"  --progress S           a progress line every S seconds (default 5; 0: none)\n"
 		"  --metrics FILE         the progress figures for Prometheus, replaced\n"
@@ -123,6 +126,7 @@ enum {
 	OPT_LR,
 	OPT_DENSE_LR,
 	OPT_REJOIN,
+	OPT_JOB_BEGAN,
 	OPT_OPTIMIZER,
 	OPT_ADAGRAD_EPS,
 	OPT_EPOCHS,
@@ -180,6 +184,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "lr", required_argument, NULL, OPT_LR },
 		{ "dense-lr", required_argument, NULL, OPT_DENSE_LR },
 		{ "rejoin", no_argument, NULL, OPT_REJOIN },
+		{ "job-began", required_argument, NULL, OPT_JOB_BEGAN },
 		{ "optimizer", required_argument, NULL, OPT_OPTIMIZER },
 		{ "adagrad-eps", required_argument, NULL, OPT_ADAGRAD_EPS },
 		{ "epochs", required_argument, NULL, OPT_EPOCHS },
@@ -298,6 +303,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_REJOIN:
 			c->rejoin = true;
+			break;
+		case OPT_JOB_BEGAN:
+			rc = ss_parse_double("--job-began", optarg, 1, 1e12,
+					     &c->job_began);
 			break;
 		case OPT_DENSE_LR:
 			rc = ss_parse_double("--dense-lr", optarg, 1e-9, 100,
@@ -504,6 +513,12 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 				    "the rounds themselves, every --sync-every "
 				    "steps",
 				    "--max-sync-gap");
+	if (c->job_began && !c->rejoin)
+		return ss_error_set(SS_EUSAGE, "only with --rejoin",
+				    "it says which --save checkpoint a rank "
+				    "that rejoins may load: give --rejoin too, "
+				    "or drop it",
+				    "--job-began");
 	/* $SS_GID_INDEX may be set for the whole cluster; the option is
 	 * this run's, and over shm it would be ignored */
 	if (gid_given && c->fabric.transport == SS_TRANSPORT_SHM)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train_cmd.h"
@@ -217,24 +218,53 @@ int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
 	return rc;
 }
 
+/*
+ * How long before the job began (--job-began) the --save checkpoint at
+ * @path was last written, in seconds: an earlier job that saved to the
+ * same path left it.  0 when it is newer, or without --job-began.
+ */
+static double ss_saved_before_job(const struct ss_train_cmd *c,
+				  const char *path)
+{
+	struct stat st;
+	double saved;
+
+	if (!c->job_began || stat(path, &st) < 0)
+		return 0;
+	saved = (double)st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9;
+	return saved < c->job_began ? c->job_began - saved : 0;
+}
+
 int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
 {
 	char buf[4096], load_buf[4096];
-	const char *path = c->save ? ss_checkpoint_path(c, c->save, true, buf,
+	const char *save = c->save ? ss_checkpoint_path(c, c->save, true, buf,
 							sizeof(buf)) :
 				     NULL;
+	const char *path = save;
 	float *mlps = params;
+	double before;
 	bool has_acc;
 	int rc;
 
 	/* what the failed process saved last, else what the job began from */
-	if (!path || access(path, F_OK) != 0) {
+	if (path && access(path, F_OK) != 0)
+		path = NULL;
+	if (path && (before = ss_saved_before_job(c, path)) > 0) {
+		ss_log_warn("rejoining: not loading %s: it was written %.0f s "
+			    "before this job began (--job-began), by an "
+			    "earlier job",
+			    path, before);
+		path = NULL;
+	}
+	if (!path) {
 		if (!c->load) {
-			ss_log_warn("rejoining: no checkpoint of shard %d%s%s: "
-				    "its rows start again from their first "
-				    "values (--save-every keeps one)",
-				    c->fabric.rank, path ? " at " : "",
-				    path ? path : "");
+			ss_log_warn("rejoining: no checkpoint of shard %d%s%s "
+				    "from this job: its rows start again from "
+				    "their first values (--save-every keeps "
+				    "one)",
+				    c->fabric.rank, save ? " at " : "",
+				    save ? save : "");
 			return 0;
 		}
 		path = ss_checkpoint_path(c, c->load, false, load_buf,
