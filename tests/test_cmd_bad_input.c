@@ -256,7 +256,8 @@ Test(cmd_bad_input, shm_with_an_address_of_another_machine)
 
 /*
  * --save naming the --data or --test file (by another spelling too), or
- * whose temporary file PATH.tmp does, is refused before training: the
+ * whose temporary file PATH.tmp does, or any other file that is not a
+ * checkpoint, at PATH or PATH.tmp, is refused before training: the
  * save replaced the data, or the held-out file it then evaluated.  A --load that is a FIFO is refused, not
  * waited on for ever.
  */
@@ -281,7 +282,8 @@ Test(cmd_bad_input, save_over_the_data_and_load_of_a_fifo)
 	cr_assert_eq(cmd_run(head, sizeof(head),
 			     "cd %s && cp train.txt d.txt "
 			     "&& cp train.txt t.txt && mkfifo ff "
-			     "&& cp train.txt x.tmp",
+			     "&& cp train.txt x.tmp && cp train.txt o.txt "
+			     "&& cp train.txt y.tmp",
 			     dir),
 		     0);
 	refused(2, "--save 'd.txt': it is the --data file", true,
@@ -295,8 +297,15 @@ Test(cmd_bad_input, save_over_the_data_and_load_of_a_fifo)
 		true, "train " MODEL " --data d.txt --test x.tmp --save x");
 	refused(2, "--load 'ff': not a regular file", true,
 		"train " MODEL " --data d.txt --load ff");
+	/* someone's file, or at PATH.tmp: found before, not after training */
+	refused(1, "saving 'o.txt': it exists and is not a checkpoint", true,
+		"train " MODEL " --data d.txt --save o.txt");
+	refused(1, "its temporary file 'y.tmp': it exists and is not a", true,
+		"train " MODEL " --data d.txt --save y");
 	assert_not_replaced("d.txt");
 	assert_not_replaced("x.tmp");
+	assert_not_replaced("o.txt");
+	assert_not_replaced("y.tmp");
 }
 
 /* Each --peers entry is a rank: an empty one is refused, not dropped. */

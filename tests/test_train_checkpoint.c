@@ -379,6 +379,53 @@ Test(checkpoint, a_foreign_file_at_the_temporary_name_is_kept)
 }
 
 /*
+ * A save replaces an earlier checkpoint or an empty file, nothing else:
+ * `--save data.txt` renamed a checkpoint over the data.  The check
+ * (ss_checkpoint_save_check) says the same before any save.
+ */
+Test(checkpoint, a_save_replaces_only_a_checkpoint)
+{
+	char other[160], text[64] = "";
+	FILE *f;
+
+	cr_assert_eq(ss_checkpoint_save_check(path), 0,
+		     "an earlier checkpoint");
+	snprintf(other, sizeof(other), "%s/empty", dir);
+	f = fopen(other, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	cr_assert_eq(ss_checkpoint_save_check(other), 0, "an empty file");
+	cr_assert_eq(ss_checkpoint_save(other, w, NULL, N, LAYOUT, 1), 0, "%s",
+		     ss_last_error()->why);
+	snprintf(other, sizeof(other), "%s/data.txt", dir);
+	f = fopen(other, "w");
+	cr_assert_not_null(f);
+	fputs("1\t2\t3 training data\n", f);
+	fclose(f);
+	cr_assert_eq(ss_checkpoint_save_check(other), -EEXIST);
+	cr_assert(strstr(ss_last_error()->why, "not a checkpoint"), "%s",
+		  ss_last_error()->why);
+	cr_assert_eq(ss_checkpoint_save(other, w, NULL, N, LAYOUT, 2), -EEXIST);
+	f = fopen(other, "r");
+	cr_assert_not_null(f);
+	cr_assert_not_null(fgets(text, sizeof(text), f));
+	fclose(f);
+	cr_assert_str_eq(text, "1\t2\t3 training data\n");
+	/* a folder, and a foreign temporary file, to the check too */
+	cr_assert_lt(ss_checkpoint_save_check(dir), 0);
+	cr_assert(strstr(ss_last_error()->why, "folder"), "%s",
+		  ss_last_error()->why);
+	snprintf(other, sizeof(other), "%s.tmp", path);
+	f = fopen(other, "w");
+	cr_assert_not_null(f);
+	fputs("notes\n", f);
+	fclose(f);
+	cr_assert_eq(ss_checkpoint_save_check(path), -EEXIST);
+	cr_assert(strstr(ss_last_error()->what, ".tmp"), "%s",
+		  ss_last_error()->what);
+}
+
+/*
  * A PATH that is a symbolic link (to storage elsewhere) is saved through:
  * the link stays, its target takes the checkpoint, there yet or not.
  * (The rename replaced the link with a file beside it, on the node.)

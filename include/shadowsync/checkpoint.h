@@ -103,6 +103,17 @@ int ss_checkpoint_load_parts(const char *path,
 int ss_checkpoint_tmp_path(const char *path, char *buf, size_t size);
 
 /*
+ * ss_checkpoint_save_check() - whether a save to @path may go ahead
+ * without harm to another file: where it lands (a link's target) is
+ * absent, an empty file or a checkpoint, and its temporary file absent or
+ * what an earlier save left.  A save makes the same checks and refuses
+ * as this does; calling it first finds the problem before the work that
+ * the save was to keep (training).  Returns 0, or -EEXIST (or -errno)
+ * with an error naming the file.
+ */
+int ss_checkpoint_save_check(const char *path);
+
+/*
  * ss_checkpoint_peek() - the header's layout hash, parameter count and
  * examples, unchecked otherwise: to say which job a refused file is from.
  */

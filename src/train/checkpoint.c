@@ -248,6 +248,52 @@ static bool ss_is_left_by_a_save(const char *tmp)
 	return zeros || (n >= 8 && memcmp(head, SS_CKPT_MAGIC, 8) == 0);
 }
 
+static int ss_tmp_not_ours(const char *tmp, const char *path)
+{
+	return ss_error_set(-EEXIST, "it exists and is not a checkpoint",
+			    "saving writes PATH.tmp, then renames it to PATH: "
+			    "move that file away, or save under another name",
+			    "saving '%s': its temporary file '%s'", path, tmp);
+}
+
+/*
+ * Whether @at (where a save to @path lands) may be replaced: absent, an
+ * empty file or a checkpoint.  Anything else is someone's file, which a
+ * save must not rename over (`--save data.txt` replaced the data).
+ * Non-blocking: a FIFO there would hold the open for ever.
+ */
+static int ss_check_replaceable(const char *at, const char *path)
+{
+	unsigned char magic[8];
+	int fd = open(at, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	ssize_t n = 0;
+	const char *why = NULL;
+
+	if (fd < 0)
+		return errno == ENOENT ? 0 :
+					 ss_error_set(-errno, NULL,
+						      "check the path and "
+						      "its rights",
+						      "saving '%s'", path);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		why = S_ISDIR(st.st_mode) ? "it is a folder" :
+					    "it is not a regular file";
+	else
+		n = read(fd, magic, sizeof(magic));
+	close(fd);
+	if (!why && n != 0 &&
+	    (n != sizeof(magic) || memcmp(magic, SS_CKPT_MAGIC, 8) != 0))
+		why = "it exists and is not a checkpoint";
+	if (!why)
+		return 0;
+	return ss_error_set(-EEXIST, why,
+			    "a save replaces only an earlier checkpoint: "
+			    "move that file away, or save under another name",
+			    "saving '%s'%s%s", path, at != path ? " to " : "",
+			    at != path ? at : "");
+}
+
 /* A new @tmp, after what an earlier save left there. */
 static int ss_open_tmp(const char *tmp, const char *path)
 {
@@ -256,13 +302,7 @@ static int ss_open_tmp(const char *tmp, const char *path)
 
 	if (fd < 0 && errno == EEXIST) {
 		if (!ss_is_left_by_a_save(tmp))
-			return ss_error_set(
-				-EEXIST, "it exists and is not a checkpoint",
-				"saving writes PATH.tmp, then renames it to "
-				"PATH: move that file away, or save under "
-				"another name",
-				"saving '%s': its temporary file '%s'", path,
-				tmp);
+			return ss_tmp_not_ours(tmp, path);
 		unlink(tmp);
 		fd = open(tmp, flags, 0644);
 	}
@@ -347,6 +387,9 @@ static int ss_save_parts_at(const char *path,
 				  path);
 		goto out;
 	}
+	rc = ss_check_replaceable(path, path);
+	if (rc < 0)
+		goto out;
 	/* One fixed name per target: a save killed half-way leaves at most
 	 * one stale file, which the next save replaces. */
 	snprintf(tmp, tmp_len, "%s" SS_CHECKPOINT_TMP_SUFFIX, path);
@@ -397,6 +440,23 @@ out:
 	}
 	free(chunk);
 	free(tmp);
+	return rc;
+}
+
+int ss_checkpoint_save_check(const char *path)
+{
+	char *target = ss_save_target(path), *tmp = NULL;
+	const char *at = target ? target : path;
+	int rc = ss_check_replaceable(at, path);
+
+	if (rc == 0 && asprintf(&tmp, "%s" SS_CHECKPOINT_TMP_SUFFIX, at) < 0) {
+		tmp = NULL;
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "saving '%s'", path);
+	}
+	if (rc == 0 && access(tmp, F_OK) == 0 && !ss_is_left_by_a_save(tmp))
+		rc = ss_tmp_not_ours(tmp, path);
+	free(tmp);
+	free(target);
 	return rc;
 }
 

@@ -169,6 +169,10 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 					  "give the checkpoint a name of its "
 					  "own",
 					  "--save '%s'", path);
+		/* someone's file there, or at PATH.tmp: the save would
+		 * refuse it, once the training it was to keep is done */
+		if (rc == 0 && path)
+			rc = ss_checkpoint_save_check(path);
 	}
 	return rc;
 }
