@@ -605,6 +605,74 @@ Test(data, gen_data_command_writes_file_and_floor)
 	cr_assert_eq(system(cmd), 0, "%s", cmd);
 }
 
+/* The first line of @path, or of @cmd's output when @path is NULL. */
+static void first_line(const char *cmd, const char *path, char *text,
+		       size_t size)
+{
+	FILE *f = path ? fopen(path, "r") : popen(cmd, "r");
+
+	cr_assert_not_null(f, "%s", path ? path : cmd);
+	text[0] = '\0';
+	cr_assert_not_null(fgets(text, (int)size, f), "%s: nothing read",
+			   path ? path : cmd);
+	if (path)
+		fclose(f);
+	else
+		cr_assert_eq(pclose(f), 0, "%s failed", cmd);
+}
+
+/* @text holds no nan or inf as a value (the path in it may spell either). */
+static void no_non_number(const char *text)
+{
+	static const char *const bad[] = { ":nan", ":-nan", ":inf", ":-inf" };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_assert_null(strcasestr(text, bad[i]), "%s in %s", bad[i],
+			       text);
+}
+
+/*
+ * One example has one class: its NE and AUC are undefined (NaN), which JSON
+ * cannot hold; they were printed as nan, and Python's json.load refused the
+ * line and FILE.teacher.json.  They are null, as in train --json.
+ */
+Test(data, gen_data_json_writes_null_for_undefined_metrics)
+{
+	char cmd[768], path[256], json[300], text[1024];
+
+	snprintf(path, sizeof(path), "%s/one.txt", dir);
+	snprintf(json, sizeof(json), "%s.teacher.json", path);
+	snprintf(cmd, sizeof(cmd), "%s gen-data --out %s --examples 1 --json",
+		 SS_COMMAND, path);
+	first_line(cmd, NULL, text, sizeof(text));
+	no_non_number(text);
+	cr_assert(strstr(text, "\"teacher_ne\":null"), "%s", text);
+	cr_assert(strstr(text, "\"teacher_auc\":null"), "%s", text);
+	cr_assert(strstr(text, "\"examples\":1,"), "%s", text);
+	first_line(NULL, json, text, sizeof(text));
+	no_non_number(text);
+	cr_assert(strstr(text, "\"ne\":null"), "%s", text);
+	cr_assert(strstr(text, "\"auc\":null"), "%s", text);
+	/* the criteo shape has no one cardinality: the default is not it */
+	snprintf(cmd, sizeof(cmd),
+		 "%s gen-data --out %s --examples 1 --shape criteo --json",
+		 SS_COMMAND, path);
+	first_line(cmd, NULL, text, sizeof(text));
+	no_non_number(text);
+	first_line(NULL, json, text, sizeof(text));
+	no_non_number(text);
+	cr_assert(strstr(text, "\"shape\":\"criteo\""), "%s", text);
+	cr_assert_null(strstr(text, "\"cardinality\":"), "%s", text);
+	/* the uniform shape still names its cardinality */
+	snprintf(cmd, sizeof(cmd),
+		 "%s gen-data --out %s --examples 1 --cardinality 7 --json",
+		 SS_COMMAND, path);
+	first_line(cmd, NULL, text, sizeof(text));
+	first_line(NULL, json, text, sizeof(text));
+	cr_assert(strstr(text, "\"shape\":\"uniform\",\"cardinality\":7,"),
+		  "%s", text);
+}
+
 Test(data, an_overlong_line_is_refused_in_bounded_memory)
 {
 	char path[256];

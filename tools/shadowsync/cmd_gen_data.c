@@ -57,16 +57,34 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 	f = fopen(json, "w");
 	if (!f)
 		return ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
-	fprintf(f,
-		"{\"examples\":%llu,\"seed\":%llu,\"stream\":%llu,\"ctr\":%.6f,\"ne\":%.6f,"
-		"\"log_loss\":%.6f,\"auc\":%.6f,\"calibration\":%.6f,"
-		"\"shape\":\"%s\",\"cardinality\":%u,\"zipf\":%g,\"value_scale\":%g,"
-		"\"pair_scale\":%g}\n",
+	/* NE and AUC are NaN on one class (one example, say), calibration on
+	 * no clicks: JSON has no NaN, so those are null, as in train --json. */
+	fprintf(f, "{\"examples\":%llu,\"seed\":%llu,\"stream\":%llu,\"ctr\":",
 		(unsigned long long)o->examples, (unsigned long long)o->seed,
-		(unsigned long long)o->stream, m->ctr, m->ne, m->log_loss,
-		m->auc, m->calibration,
-		o->shape == SS_GEN_CRITEO ? "criteo" : "uniform",
-		o->cardinality, o->zipf, o->value_scale, o->pair_scale);
+		(unsigned long long)o->stream);
+	ss_json_double(f, "%.6f", m->ctr);
+	fputs(",\"ne\":", f);
+	ss_json_double(f, "%.6f", m->ne);
+	fputs(",\"log_loss\":", f);
+	ss_json_double(f, "%.6f", m->log_loss);
+	fputs(",\"auc\":", f);
+	ss_json_double(f, "%.6f", m->auc);
+	fputs(",\"calibration\":", f);
+	ss_json_double(f, "%.6f", m->calibration);
+	/* The criteo shape has a count per feature (ss_gen_cardinality()),
+	 * not o->cardinality: its name says it all. */
+	if (o->shape == SS_GEN_CRITEO)
+		fputs(",\"shape\":\"criteo\"", f);
+	else
+		fprintf(f, ",\"shape\":\"uniform\",\"cardinality\":%u",
+			o->cardinality);
+	fputs(",\"zipf\":", f);
+	ss_json_double(f, "%g", o->zipf);
+	fputs(",\"value_scale\":", f);
+	ss_json_double(f, "%g", o->value_scale);
+	fputs(",\"pair_scale\":", f);
+	ss_json_double(f, "%g", o->pair_scale);
+	fputs("}\n", f);
 	return fclose(f) == 0 ?
 		       0 :
 		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
@@ -228,8 +246,14 @@ int ss_cmd_gen_data(int argc, char **argv)
 		/* the path escaped: quotes and control bytes are legal in it */
 		printf("{\"file\":");
 		ss_json_string(stdout, out);
-		printf(",\"examples\":%llu,\"ctr\":%.6f,\"teacher_ne\":%.6f,\"teacher_auc\":%.6f}\n",
-		       (unsigned long long)o.examples, m.ctr, m.ne, m.auc);
+		printf(",\"examples\":%llu,\"ctr\":",
+		       (unsigned long long)o.examples);
+		ss_json_double(stdout, "%.6f", m.ctr);
+		fputs(",\"teacher_ne\":", stdout);
+		ss_json_double(stdout, "%.6f", m.ne);
+		fputs(",\"teacher_auc\":", stdout);
+		ss_json_double(stdout, "%.6f", m.auc);
+		fputs("}\n", stdout);
 	} else
 		printf("wrote %llu examples to %s: click rate %.4f; teacher NE %.4f (the floor), AUC %.4f; details in %s.teacher.json\n",
 		       (unsigned long long)o.examples, out, m.ctr, m.ne, m.auc,
