@@ -389,6 +389,14 @@ Test(cmd_bad_input, the_same_address_twice)
 		true,
 		"train " MODEL " --data train.txt --peers ::1,b:7001 "
 		"--rank 1 --transport shm");
+	/* rank 0's tables (port + 2 ranks) at rank 1's address: both
+	 * failed to connect, one told "model layout differs" */
+	refused(2,
+		"table address of rank 0, '127.0.0.1:7802' (its port + 2 "
+		"ranks), and rank 1: it is another rank's address",
+		true,
+		"train " MODEL " --data train.txt --peers "
+		"127.0.0.1:7800,127.0.0.1:7802 --rank 1 --transport shm");
 	/* --peers hosts without ports take --port, as a host file's do */
 	refused(2, "ranks 0 and 2 at 'a:7006': two ranks have the same", true,
 		"train " MODEL " --data train.txt --peers a,b:7001,a "

@@ -647,6 +647,20 @@ Test(table, table_addresses_follow_the_sync_ones)
 	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), 0);
 	cr_assert_eq(strlen(addrs[1]), 253 + 5);
 	cr_assert_str_eq(addrs[1] + 253, ":7003");
+	/* ports with a gap on one host: rank 0's tables at rank 1's port
+	 * (both failed to connect, one told "model layout differs") */
+	sync[0] = "node1:7800";
+	sync[1] = "node1:7802";
+	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "rank 0, 'node1:7802'"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "another rank's address"));
+	/* the other way round: rank 1's tables at rank 0's port */
+	sync[0] = "node1:7000";
+	sync[1] = "node1:6998";
+	cr_assert_eq(ss_table_addrs(sync, 2, buf, addrs), SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "rank 1, 'node1:7000'"), "%s",
+		  ss_last_error()->what);
 }
 
 /* Pushes number @first to @first + @count - 1 of gradient() to @ids. */

@@ -117,7 +117,9 @@ void ss_table_init_row(uint64_t seed, int table, uint32_t row, int width,
  * so the table ports P + N + r collide with none of the job's).  Writes
  * @world strings of up to SS_TABLE_ADDR_LEN bytes into @buf and points
  * @addrs at them.  Returns 0 or SS_EUSAGE naming the address without a
- * port or with a host longer than 255 characters.
+ * port or with a host longer than 255 characters, or one that is another
+ * rank's address or table address as spelled (ranks of a host given
+ * ports with gaps: 7800 and 7802 of two ranks).
  */
 #define SS_TABLE_ADDR_LEN 272 /* a 255-character host, ':', a port */
 

@@ -79,6 +79,25 @@ int ss_table_addrs(const char *const *sync_addrs, int world,
 			 sync_addrs[r], port + world);
 		addrs[r] = buf[r];
 	}
+	/* A table endpoint on another rank's address: the second to open
+	 * found the first's objects (shm: "a live process has it", the
+	 * other rank "model layout differs").  (Two table endpoints on one
+	 * address would need two ranks on one, refused before.)  Quadratic,
+	 * in string compares that stop at the first differing byte. */
+	for (int r = 0; r < world; r++)
+		for (int k = 0; k < world; k++)
+			if (!strcmp(buf[r], sync_addrs[k]))
+				return ss_error_set(
+					SS_EUSAGE,
+					"it is another rank's address",
+					"the tables listen on each rank's port "
+					"+ the number of ranks: give the ranks "
+					"of a host consecutive ports (P, P + "
+					"1, ...), or leave N ports free above "
+					"each",
+					"table address of rank %d, '%s' (its "
+					"port + %d ranks), and rank %d",
+					r, buf[r], world, k);
 	return 0;
 }
 

@@ -74,6 +74,8 @@ int ss_cmd_train(int argc, char **argv)
 	if (rc == 0)
 		rc = ss_train_resolve_tables(&c);
 	if (rc == 0)
+		rc = ss_train_check_table_addrs(&c);
+	if (rc == 0)
 		rc = ss_train_check_paths(&c, &st);
 	if (rc < 0)
 		goto out;

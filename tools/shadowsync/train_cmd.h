@@ -216,6 +216,14 @@ int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live);
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
 
 /*
+ * ss_train_check_table_addrs() - with --tables sharded, whether the table
+ * endpoints' addresses (each rank's port + the world size) are free of
+ * the job's other addresses: checked before connecting, where a clash
+ * showed only as a peer that did not answer.
+ */
+int ss_train_check_table_addrs(const struct ss_train_cmd *c);
+
+/*
  * ss_train_rejoin_shard() - --rejoin with --tables sharded: this rank's
  * rows (and accumulators) from its --save checkpoint when one exists,
  * else from --load's; the MLPs there too only when no sync engine gave

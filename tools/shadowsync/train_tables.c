@@ -49,20 +49,41 @@ static int ss_rejoin_fill(struct ss_table *table, void *arg)
 	return rc;
 }
 
+/* The table endpoints' addresses, port + world: allocated into *@buf and
+ * *@addrs (free both), checked against the job's. */
+static int ss_train_table_addrs(const struct ss_fabric_options *fo,
+				char (**buf)[SS_TABLE_ADDR_LEN],
+				const char ***addrs)
+{
+	*buf = calloc((size_t)fo->world, sizeof(**buf));
+	*addrs = calloc((size_t)fo->world, sizeof(**addrs));
+	if (!*buf || !*addrs)
+		return ss_error_set(-ENOMEM, NULL, NULL, "table addresses");
+	return ss_table_addrs(fo->addrs, fo->world, *buf, *addrs);
+}
+
+int ss_train_check_table_addrs(const struct ss_train_cmd *c)
+{
+	char(*buf)[SS_TABLE_ADDR_LEN] = NULL;
+	const char **addrs = NULL;
+	int rc = c->tables == SS_TABLES_SHARDED ?
+			 ss_train_table_addrs(&c->fabric, &buf, &addrs) :
+			 0;
+
+	free(buf);
+	free(addrs);
+	return rc;
+}
+
 int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live)
 {
 	struct ss_rejoin_fill fill = { c, params, live };
 	struct ss_table_options o;
 	struct ss_fabric_options fo = c->fabric;
-	char(*buf)[SS_TABLE_ADDR_LEN] = calloc((size_t)fo.world, sizeof(*buf));
-	const char **addrs = calloc((size_t)fo.world, sizeof(*addrs));
+	char(*buf)[SS_TABLE_ADDR_LEN] = NULL;
+	const char **addrs = NULL;
 	int rc;
 
-	if (!buf || !addrs) {
-		free(buf);
-		free(addrs);
-		return ss_error_set(-ENOMEM, NULL, NULL, "table addresses");
-	}
 	ss_train_table_options(&c->model, &c->train, &o);
 	o.seed = (uint64_t)c->seed;
 	/* near the NIC: the shard where the replica is, the applier with
@@ -82,7 +103,7 @@ int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live)
 		o.fill = ss_rejoin_fill;
 		o.fill_arg = &fill;
 	}
-	rc = ss_table_addrs(fo.addrs, fo.world, buf, addrs);
+	rc = ss_train_table_addrs(&fo, &buf, &addrs);
 	if (rc == 0) {
 		fo.addrs = addrs;
 		rc = ss_train_connect_failed(c,
