@@ -435,7 +435,9 @@ Test(cmd_bad_input, a_flipped_checkpoint_count_is_corruption)
 }
 
 /* A model larger than /dev/shm is refused at once, saying what it needs
- * and what there is (it died of SIGBUS at the first touch).  A /dev/shm
+ * and what there is (it died of SIGBUS at the first touch).  A rank
+ * alone, with no peer to map its replica, keeps it in private memory and
+ * trains (it was refused: a container's /dev/shm is 64 MiB).  A /dev/shm
  * of 16 MiB in a mount namespace of its own; skipped where we may not. */
 Test(cmd_bad_input, a_model_larger_than_dev_shm)
 {
@@ -451,11 +453,18 @@ Test(cmd_bad_input, a_model_larger_than_dev_shm)
 		     "cd %s && unshare -m sh -c 'mount -t tmpfs -o size=16m "
 		     "tmpfs /dev/shm && %s train --data train.txt --emb-dim 4 "
 		     "--bottom 13-16-4 --top 16-1 --hash-size 1000000 --peers "
-		     "127.0.0.1:%d --rank 0 --transport shm; echo status $?; "
-		     "ls /dev/shm | wc -l' 2>&1",
-		     dir, SS_COMMAND, ranks_port_base());
+		     "127.0.0.1:%d,127.0.0.1:%d --rank 0 --transport shm "
+		     "--tables replicated --connect-timeout 2; "
+		     "echo status $?; ls /dev/shm | wc -l; "
+		     "%s train --data train.txt --emb-dim 4 --bottom 13-16-4 "
+		     "--top 16-1 --hash-size 200000 --threads 1; "
+		     "echo alone $?; ls /dev/shm | wc -l' 2>&1",
+		     dir, SS_COMMAND, ranks_port_base(), ranks_port_base() + 1,
+		     SS_COMMAND);
 	cr_assert_eq(rc, 0, "%s", out);
 	cr_assert(strstr(out, "/dev/shm is too small"), "%s", out);
 	cr_assert(strstr(out, "MiB, /dev/shm has 1"), "%s", out);
 	cr_assert(strstr(out, "status 1\n0\n"), "objects left: %s", out);
+	/* 21 MB of replica, and the sync layer's regions */
+	cr_assert(strstr(out, "alone 0\n0\n"), "%s", out);
 }

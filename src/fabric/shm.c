@@ -300,10 +300,33 @@ static int ss_shm_open(struct ss_fabric *f)
 	return 0;
 }
 
+/*
+ * A rank alone (a job of one) has no peer to map its regions: they are
+ * private memory, not objects in /dev/shm, whose size (64 MiB in a
+ * container by default) refused a one-rank run that never synchronizes
+ * (the replica and the sync layer's regions, 6 times the model).
+ */
+static int ss_shm_alloc_alone(struct ss_fabric *f, struct ss_region *r)
+{
+	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return ss_error_set(-errno, NULL, NULL,
+				    "mapping %zu bytes for region %d", r->len,
+				    r->index);
+	if (f->place) /* mapped, not yet touched */
+		f->place(f->place_ctx, p, r->len);
+	r->ptr = p;
+	return 0;
+}
+
 static int ss_shm_alloc(struct ss_fabric *f, struct ss_region *r)
 {
 	char name[160];
 
+	if (f->opts.world == 1)
+		return ss_shm_alloc_alone(f, r);
 	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
 	return ss_shm_create(f, name, r->len, &r->ptr);
 }
@@ -315,6 +338,10 @@ static void ss_shm_free_region(struct ss_fabric *f, struct ss_region *r)
 	if (!r->ptr)
 		return;
 	munmap(r->ptr, r->len);
+	if (f->opts.world == 1) { /* private: no name */
+		r->ptr = NULL;
+		return;
+	}
 	ss_shm_name(f, f->opts.rank, r->index, name, sizeof(name));
 	ss__shm_forget(name);
 	shm_unlink(name);
