@@ -626,6 +626,16 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		cr_expect(strstr(out, cases[i].says), "%s: wanted '%s' in: %s",
 			  cases[i].args, cases[i].says, out);
 	}
+	/* a rank that refuses its options is not started again for it (it
+	 * was, --restarts times, refused each time) */
+	snprintf(cmd, sizeof(cmd),
+		 "%s launch -n 2 --restarts 2 -- train --data x --bottom 13-x "
+		 "2>&1",
+		 SS_COMMAND);
+	cr_expect_eq(cmd_run(out, sizeof(out), "%s", cmd), 1, "%s", out);
+	cr_expect(strstr(out, "its options were refused): not started again"),
+		  "%s", out);
+	cr_expect(!strstr(out, "starting it again"), "%s", out);
 }
 
 /*

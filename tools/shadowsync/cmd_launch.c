@@ -68,7 +68,8 @@ static void ss_launch_usage(FILE *out)
 		"                      takes a live replica, its shard of sharded tables\n"
 		"                      from its last --save checkpoint (one this job\n"
 		"                      wrote: train --job-began), and trains on (the\n"
-		"                      data chunks no one has claimed yet)\n"
+		"                      data chunks no one has claimed yet); not one\n"
+		"                      that refused its options (exit 2)\n"
 		"  --bind B            spread (default): each rank gets its share of this\n"
 		"                      process's CPUs, and plans its threads within it;\n"
 		"                      none: every rank sees every CPU\n"
@@ -731,6 +732,15 @@ static bool ss_launch_restart(struct ss_launch *l, int r, const char *what)
 
 	if (l->restarted >= l->restarts)
 		return false;
+	/* train's usage error: the same command line fails the same way */
+	if (WIFEXITED(p->status) && WEXITSTATUS(p->status) == 2) {
+		fprintf(stderr,
+			"shadowsync launch: rank %ld failed (%s: its options "
+			"were refused): not started again, it would be refused "
+			"again\n",
+			l->first_rank + r, what);
+		return false;
+	}
 	for (int k = 0; k < l->n; k++)
 		others |= k != r && l->ranks[k].pid > 0 && !l->ranks[k].exited;
 	if (!others) {
