@@ -626,6 +626,43 @@ Test(fabric, a_completion_queue_too_small_for_the_job_is_refused)
 	ss_fabric_close(&f);
 }
 
+/*
+ * The device that owns an address, found before an endpoint opens (for
+ * train to place its threads near that NIC, not near the first one
+ * hwloc lists): the one a verbs endpoint at that address then uses,
+ * which a wrong --device would make it refuse.
+ */
+Test(fabric, the_device_of_an_address_is_the_one_its_endpoint_uses)
+{
+	char buf[2][64], name[64] = "";
+	const char *addrs[2];
+	struct ss_fabric_options o;
+	struct ss_fabric *f = NULL;
+	int rc;
+
+	cr_assert_eq(ss_fabric_device_of("nocolon", name, sizeof(name)),
+		     SS_EUSAGE);
+	cr_assert(strstr(ss_last_error()->what, "nocolon"), "%s",
+		  ss_last_error()->what);
+	skip_without_device();
+	if (!verbs())
+		cr_skip_test("over verbs only");
+	ranks_addrs(1, ranks_port_base(), buf, addrs);
+	rc = ss_fabric_device_of(addrs[0], name, sizeof(name));
+	cr_assert_eq(rc, 0, "%s: %s", ss_last_error()->what,
+		     ss_last_error()->why);
+	cr_assert(name[0]);
+	ss_fabric_options_init(&o);
+	o.transport = SS_TRANSPORT_VERBS;
+	o.world = 2;
+	ranks_addrs(2, ranks_port_base(), buf, addrs);
+	o.addrs = addrs;
+	o.device = name;
+	rc = ss_fabric_open(&f, &o);
+	cr_assert_eq(rc, 0, "device %s: %s", name, ss_last_error()->why);
+	ss_fabric_close(&f);
+}
+
 /* Bad SS_GID_INDEX and SS_ACK_TIMEOUT are refused at open, named. */
 Test(fabric, bad_verbs_variables_are_refused_naming_them)
 {

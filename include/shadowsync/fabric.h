@@ -390,6 +390,16 @@ struct ss_shm_leftover {
 };
 
 /*
+ * ss_fabric_device_of() - the name of the RDMA device whose interface has
+ * the address of @addr ("host:port"; the port is not bound), into @name of
+ * @size bytes: the device a verbs endpoint at @addr uses, found before
+ * opening one (to place threads near it).  Returns 0; SS_ENODEVICE when
+ * no RDMA device has the address; SS_EUSAGE for a bad address; -errno
+ * (no RDMA on the host).  Any thread.
+ */
+int ss_fabric_device_of(const char *addr, char *name, size_t size);
+
+/*
  * ss_fabric_shm_clean() - find the leftovers of ranks that are gone: all
  * of them, or those of address @addr (NULL: any) and of job @job_key (0:
  * any); call @fn (may be NULL) with each, and remove them when @remove.

@@ -86,6 +86,40 @@ int ss__verbs_resolve(const char *text, struct sockaddr_storage *out)
 	return 0;
 }
 
+int ss_fabric_device_of(const char *addr, char *name, size_t size)
+{
+	struct sockaddr_storage sa;
+	struct rdma_cm_id *id = NULL;
+	int rc = ss__verbs_resolve(addr, &sa);
+
+	if (rc < 0)
+		return rc;
+	/* port 0: the rank's own may be taken by then, or be ours later */
+	if (sa.ss_family == AF_INET)
+		((struct sockaddr_in *)&sa)->sin_port = 0;
+	else
+		((struct sockaddr_in6 *)&sa)->sin6_port = 0;
+	/* no event channel: synchronous, and a bind needs no events */
+	if (rdma_create_id(NULL, &id, NULL, RDMA_PS_TCP))
+		return ss_error_set(-errno, NULL, "no RDMA on this host?",
+				    "the RDMA device of %s: rdma_create_id",
+				    addr);
+	if (rdma_bind_addr(id, (struct sockaddr *)&sa))
+		rc = ss_error_set(-errno, NULL,
+				  "give an address of this host's RDMA netdev",
+				  "the RDMA device of %s: rdma_bind_addr",
+				  addr);
+	else if (!id->verbs)
+		rc = ss_error_set(SS_ENODEVICE,
+				  "it is on no RDMA device's interface", NULL,
+				  "the RDMA device of %s", addr);
+	else
+		snprintf(name, size, "%s",
+			 ibv_get_device_name(id->verbs->device));
+	rdma_destroy_id(id);
+	return rc;
+}
+
 static int ss_verbs_reg(struct ss_verbs *v, void *ptr, size_t len, int access,
 			struct ibv_mr **mr)
 {

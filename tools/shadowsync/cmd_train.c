@@ -23,6 +23,7 @@ int ss_cmd_train(int argc, char **argv)
 	struct ss_topo *topo = NULL;
 	struct ss_plan *plan = NULL;
 	struct ss_plan_request req;
+	char nic[64]; /* the RDMA device of our address, for the plan */
 	struct ss_fabric *fabric = NULL;
 	struct ss_sync *sync = NULL;
 	struct ss_train_result res = { 0 };
@@ -83,10 +84,17 @@ int ss_cmd_train(int argc, char **argv)
 	len = c.tables == SS_TABLES_SHARDED ? ss_model_dense_len(&c.model) :
 					      ss_model_len(&c.model);
 
-	/* Where the threads go. */
+	/* Where the threads go: near --device, $SS_DEVICE, else the NIC
+	 * of this rank's address (the first one hwloc listed, before: on a
+	 * node of two, both ranks near the first) */
 	ss_plan_request_init(&req);
 	req.trainers = (int)c.threads;
-	req.device = c.fabric.device;
+	req.device = c.fabric.device ? c.fabric.device : getenv("SS_DEVICE");
+	if ((!req.device || !*req.device) && c.fabric.world > 1 &&
+	    c.fabric.transport != SS_TRANSPORT_SHM &&
+	    ss_fabric_device_of(c.fabric.addrs[c.fabric.rank], nic,
+				sizeof(nic)) == 0)
+		req.device = nic;
 	req.oversubscribe = c.oversubscribe;
 	/* with no shadow thread, its core trains too */
 	req.no_shadow = c.sync.algo == SS_SYNC_NONE || c.foreground;
