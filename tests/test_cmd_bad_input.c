@@ -364,6 +364,9 @@ Test(cmd_bad_input, outputs_checked_before_training)
 		"train " MODEL " --data train.txt --save .");
 	refused(1, "--load 'nope.ckpt': No such file", true,
 		"train " MODEL " --data train.txt --load nope.ckpt");
+	/* a rank's file that a job of fewer ranks never saved */
+	refused(1, "a job of fewer ranks saved fewer (re-divide them", true,
+		"train " MODEL " --data train.txt --load 'nope.{rank}'");
 }
 
 Test(cmd_bad_input, hostfile_ports_out_of_range)

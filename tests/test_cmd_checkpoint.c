@@ -291,7 +291,7 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 			 "$S train --data b.txt " TRAIN
 			 " --tables sharded --load 's.{rank}' 2>&1"),
 		     1, "%s", out);
-	cr_assert(strstr(out, "rank 0 of 4; this job has 1 ranks"), "%s", out);
+	cr_assert(strstr(out, "rank 0 of 4; this job has 1 rank"), "%s", out);
 	cr_assert(strstr(out, "shadowsync reshard"), "%s", out);
 	/* not onto its own shards: a failure part way would leave neither
 	 * set whole (another spelling of the same files too) */

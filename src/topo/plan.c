@@ -351,11 +351,12 @@ int ss_topo_plan(struct ss_topo *topo, const struct ss_plan_request *given,
 		char hint[160];
 
 		snprintf(hint, sizeof(hint),
-			 "use %d trainers or fewer (train --threads, topo "
+			 "use %d trainer%s or fewer (train --threads, topo "
 			 "--trainers), or --oversubscribe to share cores",
-			 n_cores);
+			 n_cores, n_cores == 1 ? "" : "s");
 		rc = ss_error_set(SS_ENOCORES, "more trainers than cores", hint,
-				  "%d trainers on %d cores", trainers, n_cores);
+				  "%d trainers on %d core%s", trainers, n_cores,
+				  n_cores == 1 ? "" : "s");
 		goto out_cores;
 	}
 

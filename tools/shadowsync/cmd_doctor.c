@@ -402,9 +402,9 @@ static void ss_doctor_memlock(struct ss_doctor *d)
 	}
 	rc = ss_memlock_check(0, need, "a run", &limit);
 	printf("locked memory\n");
-	printf("  a run of this model (%zu parameters, tables %s) on %d ranks registers %.1f MiB a rank; the limit is ",
+	printf("  a run of this model (%zu parameters, tables %s) on %d rank%s registers %.1f MiB a rank; the limit is ",
 	       n, ss_tables_names[d->tables], d->ranks,
-	       (double)need / (1 << 20));
+	       d->ranks == 1 ? "" : "s", (double)need / (1 << 20));
 	if (limit == UINT64_MAX)
 		printf("unlimited\n");
 	else

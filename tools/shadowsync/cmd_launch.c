@@ -585,7 +585,8 @@ static int ss_launch_start(struct ss_launch *l)
 	for (int r = 0; r < l->n && rc == 0; r++)
 		rc = ss_launch_spawn(l, r);
 	if (rc == 0)
-		ss_log_info("launched %d ranks over %s, peers %s", l->n,
+		ss_log_info("launched %d rank%s over %s, peers %s", l->n,
+			    l->n == 1 ? "" : "s",
 			    ss_transport_name(l->transport), l->peers);
 	return rc;
 }
@@ -1111,8 +1112,8 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 		       ss_transport_name(l->transport),
 		       failed ? "FAILED" : "succeeded");
 	else
-		printf("launch: %d ranks over %s, %s", l->n,
-		       ss_transport_name(l->transport),
+		printf("launch: %d rank%s over %s, %s", l->n,
+		       l->n == 1 ? "" : "s", ss_transport_name(l->transport),
 		       failed ? "FAILED" : "all succeeded");
 	if (l->restarted)
 		printf(" (%d restart%s)", l->restarted,

@@ -118,7 +118,8 @@ int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
 							   c->fabric.world,
 							   c->fabric.rank),
 				      &c->resumed, has_acc);
-	snprintf(ours, sizeof(ours), "this job has %d ranks", c->fabric.world);
+	snprintf(ours, sizeof(ours), "this job has %d rank%s", c->fabric.world,
+		 c->fabric.world == 1 ? "" : "s");
 	return ss_shard_layout_why(
 		rc, path, c->layout_hash, c->fabric.world, c->fabric.rank, ours,
 		"re-divide the shards first: shadowsync reshard --from PATH "

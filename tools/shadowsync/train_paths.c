@@ -82,12 +82,12 @@ static int ss_check_output(const char *option, const char *path)
 }
 
 /* A checkpoint to read: a regular file (a FIFO would hold --load for
- * ever), that we may open. */
-static int ss_check_checkpoint(const char *option, const char *path)
+ * ever), that we may open; @missing_hint when it cannot be. */
+static int ss_check_checkpoint(const char *option, const char *path,
+			       const char *missing_hint)
 {
 	struct stat st;
-	int rc = ss_check_readable(option, path, "check the checkpoint's path",
-				   &st);
+	int rc = ss_check_readable(option, path, missing_hint, &st);
 
 	if (rc == 0 && !S_ISREG(st.st_mode))
 		rc = ss_error_set(SS_EUSAGE, "not a regular file",
@@ -138,7 +138,13 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 		rc = ss_check_test_format(c->test, c->train.bad_lines);
 	if (rc == 0 && c->load) {
 		path = ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
-		rc = ss_check_checkpoint("--load", path);
+		rc = ss_check_checkpoint(
+			"--load", path,
+			strstr(c->load, "{rank}") ?
+				"each rank loads the file its rank saved: a "
+				"job of fewer ranks saved fewer (re-divide "
+				"them: shadowsync reshard --new-ranks N)" :
+				"check the checkpoint's path");
 	}
 	if (rc == 0 && c->save) {
 		path = ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
