@@ -227,6 +227,21 @@ Test(cmd_train, refusals_name_the_option)
 	train_refused(2, "--max-sync-gap -1", "--max-sync-gap");
 	train_refused(2, "--sync none --max-sync-gap 8",
 		      "--max-sync-gap with --sync none");
+	/* another algorithm's, optimizer's, split's or tables' option
+	 * would change nothing: it was taken in silence */
+	train_refused(2, "--alpha 0.3", "--alpha with --sync ma: it would");
+	train_refused(2, "--sync bmuf --beta 0.2", "give --sync gossip");
+	train_refused(2, "--sync easgd --nesterov no",
+		      "--nesterov with --sync easgd");
+	train_refused(2, "--sync gossip --hierarchical-from 4",
+		      "--hierarchical-from with --sync gossip");
+	train_refused(2, "--optimizer sgd --adagrad-eps 1e-6",
+		      "--adagrad-eps with --optimizer sgd");
+	train_refused(2, "--data-split static --chunk-size 8192",
+		      "--chunk-size with --data-split static");
+	train_refused(2, "--prefetch 3",
+		      "--prefetch with --tables replicated (the default for "
+		      "one rank): only with --tables sharded");
 	/* it only says which checkpoint a rank that rejoins may load */
 	train_refused(2, "--job-began 1700000000",
 		      "--job-began: only with "

@@ -62,6 +62,7 @@ struct ss_train_cmd {
 	uint64_t test_skipped; /* malformed lines of --test passed over */
 	const char *blas; /* the BLIS kernels' name */
 	int tables; /* --tables: enum ss_tables_kind */
+	bool prefetch_given; /* --prefetch: refused but with sharded tables */
 	float dense_lr; /* --dense-lr; 0: --lr */
 	bool rejoin; /* --rejoin: replaces a failed rank of a running job */
 	double job_began; /* --job-began: seconds since 1970; 0: not given */

@@ -163,7 +163,56 @@ enum {
 	OPT_DATA_SPLIT,
 	OPT_CHUNK_SIZE,
 	OPT_METRICS,
+	OPT_END,
 };
+
+/*
+ * An option of one algorithm (or optimizer, or data split), given with
+ * another: it would change nothing, so it is refused rather than taken
+ * in silence (--alpha with --sync ma, --adagrad-eps with sgd).
+ */
+static int ss_train_unused(const struct ss_train_cmd *c, const bool *given)
+{
+	static const struct {
+		int opt;
+		const char *name, *of;
+		enum ss_sync_algo algo;
+	} of_algo[] = {
+		{ OPT_ALPHA, "--alpha", "easgd", SS_SYNC_EASGD },
+		{ OPT_ETA, "--eta", "bmuf", SS_SYNC_BMUF },
+		{ OPT_ZETA, "--zeta", "bmuf", SS_SYNC_BMUF },
+		{ OPT_NESTEROV, "--nesterov", "bmuf", SS_SYNC_BMUF },
+		{ OPT_BETA, "--beta", "gossip", SS_SYNC_GOSSIP },
+		{ OPT_HIER_FROM, "--hierarchical-from", "ma", SS_SYNC_MA },
+	};
+
+	char hint[96];
+
+	for (size_t i = 0; i < sizeof(of_algo) / sizeof(of_algo[0]); i++) {
+		if (!given[of_algo[i].opt - OPT_DATA] ||
+		    c->sync.algo == of_algo[i].algo)
+			continue;
+		snprintf(hint, sizeof(hint),
+			 "it is --sync %s's: drop it, or give --sync %s",
+			 of_algo[i].of, of_algo[i].of);
+		return ss_error_set(SS_EUSAGE, "it would change nothing", hint,
+				    "%s with --sync %s", of_algo[i].name,
+				    ss_sync_algo_name(c->sync.algo));
+	}
+	if (given[OPT_ADAGRAD_EPS - OPT_DATA] &&
+	    c->train.optimizer != SS_OPT_ADAGRAD)
+		return ss_error_set(SS_EUSAGE, "it would change nothing",
+				    "it is Adagrad's: drop it, or give "
+				    "--optimizer adagrad",
+				    "--adagrad-eps with --optimizer sgd");
+	if (given[OPT_CHUNK_SIZE - OPT_DATA] && c->split == 1)
+		return ss_error_set(SS_EUSAGE, "it would change nothing",
+				    "a static split reads one byte range a "
+				    "rank: drop it, or give --data-split "
+				    "dynamic",
+				    "--chunk-size with --data-split static");
+	return 0;
+}
 
 const char *const ss_tables_names[] = { "replicated", "sharded", "local",
 					NULL };
@@ -235,6 +284,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	double d;
 	int opt, i, rc = 0;
 	bool lr_given = false, every_given = false, gid_given = false;
+	bool given[OPT_END - OPT_DATA] = { false };
 
 	ss_model_config_init(&c->model);
 	ss_train_options_init(&c->train);
@@ -259,6 +309,8 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	}
 	optind = 1;
 	while ((opt = getopt_long(argc, argv, "vh", options, NULL)) != -1) {
+		if (opt >= OPT_DATA && opt < OPT_END)
+			given[opt - OPT_DATA] = true;
 		switch (opt) {
 		case OPT_DATA:
 			c->train.data = optarg;
@@ -526,6 +578,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 				    "shm has no GIDs: drop --gid-index, or "
 				    "give --transport verbs",
 				    "--gid-index with --transport shm");
+	rc = ss_train_unused(c, given);
+	if (rc < 0)
+		return rc;
+	c->prefetch_given = given[OPT_PREFETCH - OPT_DATA];
 	if (!lr_given)
 		c->train.lr = ss_optimizer_default_lr(c->train.optimizer);
 	ss_cmd_model_top_spelling(&c->model);
@@ -580,6 +636,17 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 				    "the table endpoint serves 256 trainers at "
 				    "most: give fewer --threads",
 				    "--threads %d", (int)c->threads);
+	if (c->prefetch_given && c->tables != SS_TABLES_SHARDED)
+		return ss_error_set(SS_EUSAGE, "only with --tables sharded",
+				    "the other tables are in this rank's "
+				    "memory, read as the step needs them: "
+				    "drop it",
+				    "--prefetch with --tables %s%s",
+				    ss_tables_names[c->tables],
+				    !*why		? "" :
+				    c->fabric.world > 1 ? why :
+							  " (the default for "
+							  "one rank)");
 	if (c->dense_lr > 0 && c->tables != SS_TABLES_SHARDED)
 		return ss_error_set(SS_EUSAGE, "only with --tables sharded",
 				    "elsewhere one step updates the tables and "
