@@ -691,8 +691,9 @@ Test(cmd_launch, a_failed_start_leaves_no_claims)
  * starts it again: it gives up on rank 2 at the connect timeout (2 s),
  * rejoins rank 0, and both finish.  Before, its connect waited for every
  * peer, failed, and its launch with it.  The file at its --save path, an
- * earlier job's, older than the job, is left alone: before, it was
- * loaded as the rank's own shard.
+ * earlier job's (a checkpoint's magic, then what no load takes), older
+ * than the job, is left alone: before, it was loaded as the rank's own
+ * shard.
  */
 Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 {
@@ -703,7 +704,8 @@ Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 		cmd, sizeof(cmd),
 		"cd %s && %s gen-data --out lost.txt --examples 400000 "
 		"--cardinality 300 >/dev/null || exit 9; export BLIS_ARCH_TYPE=25; "
-		"echo 'an earlier job' > ck.1 && touch -d '-1 hour' ck.1; "
+		"printf 'SSCKPT\\0\\0 of an earlier job' > ck.1 && "
+		"touch -d '-1 hour' ck.1; "
 		"P=127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d; "
 		"T='train --data lost.txt " MODEL " --threads 1 --progress 1 "
 		"--epochs 2 --connect-timeout 2 --save ck.{rank}'; "
@@ -735,6 +737,9 @@ Test(cmd_launch, a_restarted_rank_rejoins_without_a_dead_peer, .timeout = 300)
 	cr_assert(strstr(out, "rank 1 starts while rank 0 runs: joining"), "%s",
 		  out);
 	cr_assert(strstr(out, "    1  exit 0, restarted 1x"), "%s", out);
+	/* the killed process's examples are in no summary: said so */
+	cr_assert(strstr(out, "a restarted rank's count is its last process's"),
+		  "%s", out);
 	/* not the earlier job's checkpoint at its --save path */
 	cr_assert(strstr(out, "rejoining: not loading ck.1: it was written "),
 		  "%s", out);

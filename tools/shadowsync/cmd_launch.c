@@ -1165,6 +1165,9 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 	if (reported < l->n)
 		printf("; of the %d rank%s that finished", reported,
 		       reported == 1 ? "" : "s");
+	/* a killed process's examples are in its model, not in a summary */
+	if (l->restarted)
+		printf("; a restarted rank's count is its last process's");
 	printf("\n");
 	if (ss_launch_disagree(&t) && isinf(t.worst_ne))
 		printf("  ranks disagree: rank %d is worst, its model diverged (NE not a number); rank %d's NE %.4f\n",
