@@ -145,6 +145,55 @@ Test(cmd_shm, shm_clean_removes_leftovers_and_spares_live_ranks)
 }
 
 /*
+ * shm-clean --address of a killed rank of a sharded job removes its
+ * tables' endpoint too (at port + world, the same process): it stayed
+ * until shm-clean --job-key.  The other rank's objects, of another
+ * process, are left to an --address of their own.
+ */
+Test(cmd_shm, shm_clean_address_removes_that_ranks_tables_too)
+{
+	char out[16384], addr[64];
+	int p = port() + 20, before[4], after[4];
+
+	/* started without launch, which would clean up after them */
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"for r in 0 1; do { %s train --data %s/train.txt " MODEL
+			" --epochs 50 --threads 1 --transport shm --peers "
+			"127.0.0.1:%d,127.0.0.1:%d --rank $r --progress 0 "
+			">/dev/null 2>&1 & }; R=\"$R $!\"; done; "
+			"for i in $(seq 600); do "
+			"[ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && "
+			"[ -e /dev/shm/ss-127.0.0.1:%d-ctl ] && break; "
+			"sleep 0.05; done; kill -KILL $R; wait; true",
+			SS_COMMAND, dir, p, p + 1, p + 2, p + 3),
+		0, "%s", out);
+	for (int i = 0; i < 4; i++)
+		before[i] = objects_of(p + i);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s shm-clean --address 127.0.0.1:%d 2>&1",
+			     SS_COMMAND, p + 1),
+		     0, "%s", out);
+	for (int i = 0; i < 4; i++)
+		after[i] = objects_of(p + i);
+	/* whatever the outcome, nothing left behind */
+	for (int i = 0; i < 4; i++) {
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", p + i);
+		ss_fabric_shm_clean(addr, 0, true, NULL, NULL);
+	}
+	for (int i = 0; i < 4; i++)
+		cr_assert_gt(before[i], 1, "port + %d had %d objects", i,
+			     before[i]);
+	cr_assert_eq(after[1], 0, "%s", out);
+	cr_assert_eq(after[3], 0, "the killed rank's tables: %s", out);
+	cr_assert_eq(after[0], before[0], "the other rank's: %s", out);
+	cr_assert_eq(after[2], before[2], "the other rank's tables: %s", out);
+	snprintf(addr, sizeof(addr), "removed ss-127.0.0.1:%d-*", p + 3);
+	cr_assert(strstr(out, addr), "%s", out);
+	cr_assert(strstr(out, "removed 2 leftovers"), "%s", out);
+}
+
+/*
  * Another user's objects, whose claim we may not open: not ours to judge
  * (they were taken for a dead rank's and "removed", while unlink failed:
  * the live rank's stayed, but shm-clean said it had removed them).  Made

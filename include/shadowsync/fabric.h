@@ -403,9 +403,12 @@ int ss_fabric_device_of(const char *addr, char *name, size_t size);
  * ss_fabric_shm_clean() - find the leftovers of ranks that are gone: all
  * of them, or those of address @addr (NULL: any) and of job @job_key (0:
  * any); call @fn (may be NULL) with each, and remove them when @remove.
- * The objects of a live rank are never touched.  Returns how many
- * leftovers were found, or -errno.  Any thread; racing cleaners are safe
- * (each leftover is removed under its claim's lock).
+ * With @addr, also the leftovers that the same process (the pid of
+ * @addr's control object) made at its other addresses, unless of another
+ * job: a rank's tables' endpoint, at its port + the world size; @fn gets
+ * them after @addr's.  The objects of a live rank are never touched.
+ * Returns how many leftovers were found, or -errno.  Any thread; racing
+ * cleaners are safe (each leftover is removed under its claim's lock).
  */
 int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
 			void (*fn)(void *ctx,

@@ -325,6 +325,74 @@ static void ss_shm_remove_stem(const char *stem, int lock)
 		close(lock);
 }
 
+/* The pid that @stem's control object names (0: none, or not yet
+ * written), and its job key in @job_key. */
+static int32_t ss_shm_ctl_pid(const char *stem, uint64_t *job_key)
+{
+	char ctl[160];
+	int32_t pid = 0;
+
+	*job_key = 0;
+	snprintf(ctl, sizeof(ctl), "/ss-%s-ctl", stem);
+	ss__shm_ctl_owner(ctl, &pid, job_key, false);
+	return pid;
+}
+
+/* The process that made @stem's objects, read without taking its claim
+ * (a live owner's are never locked, even for a moment): the pid of its
+ * control object, else of its claim; 0 when unknown. */
+static int32_t ss_shm_owner(const char *stem)
+{
+	char name[160];
+	uint64_t key;
+	int32_t pid = ss_shm_ctl_pid(stem, &key);
+	int fd;
+
+	if (pid > 0)
+		return pid;
+	snprintf(name, sizeof(name), "/ss-%s-claim", stem);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	if (pread(fd, &pid, sizeof(pid), 0) != sizeof(pid))
+		pid = 0;
+	close(fd);
+	return pid;
+}
+
+/*
+ * @stem's leftover, when it is one (of job @job_key, 0: any; and when
+ * @pid, of that process and not of another job than @pid_key): given to
+ * @fn and removed when @remove.  @l is the leftover, @ctl_pid the pid its
+ * control object named, read under its claim's lock.
+ */
+static bool ss_shm_take(const char *stem, uint64_t job_key, int32_t pid,
+			uint64_t pid_key, bool remove,
+			void (*fn)(void *ctx, const struct ss_shm_leftover *),
+			void *ctx, struct ss_shm_leftover *l, int32_t *ctl_pid)
+{
+	uint64_t key;
+	int lock;
+
+	if (!ss_shm_leftover_of(stem, l, &lock))
+		return false;
+	if ((job_key && l->job_key != job_key) ||
+	    (pid && (l->pid != pid ||
+		     (l->job_key && pid_key && l->job_key != pid_key)))) {
+		if (lock >= 0)
+			close(lock);
+		return false;
+	}
+	*ctl_pid = ss_shm_ctl_pid(stem, &key);
+	if (fn)
+		fn(ctx, l);
+	if (remove)
+		ss_shm_remove_stem(stem, lock);
+	else if (lock >= 0)
+		close(lock);
+	return true;
+}
+
 int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
 			void (*fn)(void *ctx, const struct ss_shm_leftover *),
 			void *ctx)
@@ -332,6 +400,8 @@ int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
 	char only[SS_SHM_STEM_MAX + 1], stem[SS_SHM_STEM_MAX + 1];
 	char(*seen)[SS_SHM_STEM_MAX + 1] = NULL;
 	int n_seen = 0, cap = 0, found = 0;
+	struct ss_shm_leftover l;
+	int32_t pid = 0;
 	struct dirent *e;
 	DIR *d;
 
@@ -341,11 +411,11 @@ int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
 	if (!d)
 		return ss_error_set(-errno, NULL, "is /dev/shm mounted?",
 				    "listing " SS_SHM_DIR);
+	/* with @addr too: the same process's other addresses */
 	while ((e = readdir(d))) {
 		bool dup = false;
 
-		if (!ss_shm_entry_stem(e->d_name, stem, sizeof(stem)) ||
-		    (addr && strcmp(stem, only)))
+		if (!ss_shm_entry_stem(e->d_name, stem, sizeof(stem)))
 			continue;
 		for (int i = 0; i < n_seen && !dup; i++)
 			dup = !strcmp(seen[i], stem);
@@ -367,24 +437,30 @@ int ss_fabric_shm_clean(const char *addr, uint64_t job_key, bool remove,
 		strcpy(seen[n_seen++], stem);
 	}
 	closedir(d);
-	for (int i = 0; i < n_seen; i++) {
-		struct ss_shm_leftover l;
-		int lock;
+	if (!addr) {
+		for (int i = 0; i < n_seen; i++)
+			found += ss_shm_take(seen[i], job_key, 0, 0, remove, fn,
+					     ctx, &l, &pid);
+		free(seen);
+		return found;
+	}
+	for (int i = 0; i < n_seen && !found; i++)
+		found = !strcmp(seen[i], only) &&
+			ss_shm_take(only, job_key, 0, 0, remove, fn, ctx, &l,
+				    &pid);
+	/*
+	 * The rank's other endpoints: its tables' (at port + world, which
+	 * only the rank knew) are made by the same process, which the pid
+	 * of the address's control object names.  A claim alone names
+	 * whoever took it (launch, for all its ranks): it says too little.
+	 */
+	for (int i = 0; found && pid > 0 && i < n_seen; i++) {
+		struct ss_shm_leftover other;
+		int32_t unused;
 
-		if (!ss_shm_leftover_of(seen[i], &l, &lock))
-			continue;
-		if (job_key && l.job_key != job_key) {
-			if (lock >= 0)
-				close(lock);
-			continue;
-		}
-		found++;
-		if (fn)
-			fn(ctx, &l);
-		if (remove)
-			ss_shm_remove_stem(seen[i], lock);
-		else if (lock >= 0)
-			close(lock);
+		if (strcmp(seen[i], only) && ss_shm_owner(seen[i]) == pid)
+			found += ss_shm_take(seen[i], job_key, pid, l.job_key,
+					     remove, fn, ctx, &other, &unused);
 	}
 	free(seen);
 	return found;

@@ -27,7 +27,10 @@ static void ss_clean_usage(FILE *out)
 		"Objects of ranks still running are never touched.\n"
 		"\n"
 		"  --job-key K            only the leftovers of job K\n"
-		"  --address HOST:PORT    only those of the rank at that address\n"
+		"  --address HOST:PORT    only those of the rank at that address,\n"
+		"                         with those its process left at its\n"
+		"                         other addresses (its tables', at\n"
+		"                         PORT + the number of ranks)\n"
 		"  -n, --dry-run          list them, remove nothing\n"
 		"  -h, --help             this help\n");
 }
@@ -46,7 +49,10 @@ static long ss_clean_port(const char *addr)
 
 struct ss_clean_totals {
 	bool dry_run;
+	bool address;
 	uint64_t bytes;
+	/* with --address, the rank's own: the first leftover */
+	char first[sizeof(((struct ss_shm_leftover *)0)->stem)];
 };
 
 static void ss_clean_one(void *ctx, const struct ss_shm_leftover *l)
@@ -61,6 +67,11 @@ static void ss_clean_one(void *ctx, const struct ss_shm_leftover *l)
 		printf(", process %d (gone)", l->pid);
 	if (l->job_key)
 		printf(", job key %" PRIu64, l->job_key);
+	/* another address of the same process: say why it went too */
+	if (t->first[0])
+		printf(", the same process as ss-%s-*", t->first);
+	else if (t->address)
+		snprintf(t->first, sizeof(t->first), "%s", l->stem);
 	printf("\n");
 }
 
@@ -88,6 +99,7 @@ int ss_cmd_shm_clean(int argc, char **argv)
 			break;
 		case OPT_ADDR:
 			addr = optarg;
+			t.address = true;
 			break;
 		case 'n':
 			t.dry_run = true;
