@@ -128,7 +128,8 @@ Test(cmd_bad_input, a_malformed_test_file)
  * An option getopt refuses is named with its reason, by every command,
  * with status 2: shm-clean and reshard returned -1000 as their status
  * (24), gen-data and topo printed no error line, and an ambiguous prefix
- * or a missing value was called an unknown option.
+ * or a missing value (of a short option too) was called an unknown
+ * option.
  */
 Test(cmd_bad_input, refused_options_say_why)
 {
@@ -143,6 +144,18 @@ Test(cmd_bad_input, refused_options_say_why)
 		"gen-data --outt x.txt");
 	refused(2, "topo: error: --bogus: unknown option", true,
 		"topo --bogus");
+	/* a short option's missing value; and getopt's own line, which
+	 * came first ("unrecognized option"), is gone */
+	refused(2, "gen-data: error: -o: it needs a value", true,
+		"gen-data -o");
+	{
+		char out[1024];
+
+		cmd_run(out, sizeof(out), "%s train --bogus 2>&1", SS_COMMAND);
+		cr_assert(!strstr(out, "unrecognized"), "%s", out);
+		cr_assert(strstr(out, "train: error: --bogus: unknown option"),
+			  "%s", out);
+	}
 	/* options that were ignored without a word */
 	refused(2, "--peers and --hostfile: give one or the other", true,
 		"train " MODEL " --data train.txt --peers 127.0.0.1:7000 "

@@ -73,6 +73,9 @@ int main(int argc, char **argv)
 	/* SS_LOG read now: a bad value is said by every command, not only
 	 * by those that log something */
 	(void)ss_log_level();
+	/* each command says what was wrong with an option itself, naming
+	 * the command and with a hint: not getopt's line first */
+	opterr = 0;
 	for (int i = 0; i < SS_NR_COMMANDS; i++)
 		if (!strcmp(argv[1], ss_commands[i].name))
 			return ss_commands[i].run(argc - 1, argv + 1);

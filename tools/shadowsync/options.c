@@ -27,6 +27,10 @@ int ss_cmd_unknown_option(const char *command, char **argv,
 					    "options" :
 					    why;
 		}
+	/* a short one: known (a long one's letter) but for its value */
+	for (const struct option *o = options; arg[1] != '-' && o->name; o++)
+		if (optopt && o->val == optopt && o->has_arg)
+			why = "it needs a value";
 	snprintf(hint, sizeof(hint), "'shadowsync %s --help' lists the options",
 		 command);
 	return ss_error_set(SS_EUSAGE, why, hint, "%s", arg);
