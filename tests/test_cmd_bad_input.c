@@ -241,8 +241,8 @@ Test(cmd_bad_input, a_rejoining_rank_that_finds_no_one)
 		"train " MODEL " --data train.txt %s --rejoin --sync none "
 		"--tables sharded --connect-timeout 1",
 		peers);
-	refused(1, "hint: start every rank with the same peer list", true,
-		"train " MODEL " --data train.txt %s --connect-timeout 1",
+	refused(1, "hint: start the ranks named, within the connect timeout",
+		true, "train " MODEL " --data train.txt %s --connect-timeout 1",
 		peers);
 	refused(2, "--connect-timeout '0': out of range", true,
 		"train " MODEL " --data train.txt --connect-timeout 0");

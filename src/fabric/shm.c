@@ -671,7 +671,8 @@ static int ss_shm_connect(struct ss_fabric *f)
 						f->peers[p].addr);
 			rc = ss_error_set(
 				-ETIMEDOUT, "no answer",
-				"start every rank with the same peer list",
+				"start the ranks named, within the connect "
+				"timeout, each with the same peer list",
 				"shm: waiting %u ms for peers %s",
 				f->opts.timeout_ms, missing);
 			goto out;

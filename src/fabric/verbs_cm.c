@@ -869,7 +869,7 @@ static int ss_connect_timeout(struct ss_fabric *f)
 				f->peers[p].addr, states[v->peers[p].state]);
 	return ss_error_set(
 		-ETIMEDOUT, v->cm_refusal[0] ? v->cm_refusal : "no answer",
-		"start every rank, check the peer list, and that rdma_cm's port is open in the firewall",
+		"start the ranks named, within the connect timeout, each with the same peer list; on RoCE, UDP port 4791 must pass between the hosts",
 		"verbs: waiting %u ms on %s for peers %s", f->opts.timeout_ms,
 		ss__verbs_where(v), missing);
 }

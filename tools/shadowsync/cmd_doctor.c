@@ -35,8 +35,9 @@ static void ss_doctor_usage(FILE *out)
 		"\n"
 		"  --device NAME     check only this device ($SS_DEVICE)\n"
 		"  --ranks N         size the memlock check for N ranks (default 4)\n"
-		"  --tables T        sharded (default with several ranks) or replicated,\n"
-		"                    as train's --tables (sharded: one trainer's tables)\n"
+		"  --tables T        sharded (default with several ranks), replicated or\n"
+		"                    local, as train's --tables (sharded: one trainer's\n"
+		"                    tables)\n"
 		"  --emb-dim N --hash-size N --bottom SIZES --top SIZES\n"
 		"                    the model to size it for (defaults: train's)\n"
 		"  -h, --help        this help\n");
