@@ -385,22 +385,15 @@ static void ss_doctor_devices(struct ss_doctor *d)
 
 static void ss_doctor_memlock(struct ss_doctor *d)
 {
-	bool sharded = d->tables == SS_TABLES_SHARDED;
-	size_t n = ss_model_len(&d->model),
-	       need = ss_sync_registered_bytes(
-		       sharded ? ss_model_dense_len(&d->model) : n, d->ranks);
+	struct ss_train_options t;
+	size_t n = ss_model_len(&d->model), need;
 	uint64_t limit;
 	int rc;
 
-	if (sharded) { /* the MLPs synchronized, and this rank's shard */
-		struct ss_train_options t;
-		struct ss_table_options o;
-
-		ss_train_options_init(&t);
-		t.prefetch = 1; /* train's default */
-		ss_train_table_options(&d->model, &t, &o);
-		need += ss_table_registered_bytes(&o, d->ranks);
-	}
+	ss_train_options_init(&t);
+	t.prefetch = 1; /* train's default */
+	need = ss_train_registered_bytes(&d->model, &t, d->tables, true,
+					 d->ranks);
 	rc = ss_memlock_check(0, need, "a run", &limit);
 	printf("locked memory\n");
 	printf("  a run of this model (%zu parameters, tables %s) on %d rank%s registers %.1f MiB a rank; the limit is ",

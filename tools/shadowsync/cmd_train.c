@@ -109,6 +109,9 @@ int ss_cmd_train(int argc, char **argv)
 	if (rc < 0)
 		goto out;
 
+	rc = ss_train_check_shm_space(&c);
+	if (rc < 0)
+		goto out;
 	c.layout_hash = ss_layout_hash(&c.model);
 	if (c.sync.algo != SS_SYNC_NONE) {
 		/* ranks that disagree on what is synchronized refuse each

@@ -217,6 +217,24 @@ int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live);
 int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
 
 /*
+ * ss_train_registered_bytes() - what one rank of @world registers with
+ * the fabric (over shm: its objects in /dev/shm) for model @m trained
+ * with @t: the sync layer's regions when @synced, and with sharded
+ * @tables its shard, logs and staging.
+ */
+size_t ss_train_registered_bytes(const struct ss_model_config *m,
+				 const struct ss_train_options *t, int tables,
+				 bool synced, int world);
+
+/*
+ * ss_train_check_shm_space() - over shm, whether /dev/shm has room for
+ * all of this rank's objects: refused at once, with the total, where the
+ * reservation of each object found out one at a time (a user who grew
+ * /dev/shm to the first message's size failed at the next object).
+ */
+int ss_train_check_shm_space(const struct ss_train_cmd *c);
+
+/*
  * ss_train_check_table_addrs() - with --tables sharded, whether the table
  * endpoints' addresses (each rank's port + the world size) are free of
  * the job's other addresses: checked before connecting, where a clash

@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "train_cmd.h"
@@ -205,4 +206,33 @@ int ss_train_nothing_trained(const struct ss_train_cmd *c,
 	return ss_error_set(SS_EPARSE, "no example in it, nothing trained",
 			    "give a file with examples in it", "--data '%s'",
 			    c->train.data);
+}
+
+int ss_train_check_shm_space(const struct ss_train_cmd *c)
+{
+	struct statvfs vfs;
+	size_t need;
+	unsigned long long have;
+
+	/* a rank alone keeps its regions in private memory (shm.c) */
+	if (c->fabric.transport != SS_TRANSPORT_SHM || c->fabric.world < 2 ||
+	    statvfs("/dev/shm", &vfs) < 0)
+		return 0;
+	need = ss_train_registered_bytes(&c->model, &c->train, c->tables,
+					 c->sync.algo != SS_SYNC_NONE,
+					 c->fabric.world);
+	have = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+	if (need <= have)
+		return 0;
+	return ss_error_set(-ENOSPC, "/dev/shm is too small",
+			    "free /dev/shm (shadowsync shm-clean), make the "
+			    "model smaller (--hash-size), or mount a larger "
+			    "/dev/shm (mount -o remount,size=...; docker run "
+			    "--shm-size=...), for every rank of this machine",
+			    "this rank's objects need %zu MiB in all (its "
+			    "replica%s and the sync layer's regions), /dev/shm "
+			    "has %llu MiB free",
+			    need >> 20,
+			    c->tables == SS_TABLES_SHARDED ? ", its shard" : "",
+			    have >> 20);
 }

@@ -31,6 +31,26 @@ void ss_train_table_options(const struct ss_model_config *m,
 	o->depth = 1 + t->prefetch;
 }
 
+size_t ss_train_registered_bytes(const struct ss_model_config *m,
+				 const struct ss_train_options *t, int tables,
+				 bool synced, int world)
+{
+	bool sharded = tables == SS_TABLES_SHARDED;
+	size_t need = synced ? ss_sync_registered_bytes(
+				       sharded ? ss_model_dense_len(m) :
+						 ss_model_len(m),
+				       world) :
+			       0;
+
+	if (sharded) { /* this rank's shard, logs and staging */
+		struct ss_table_options o;
+
+		ss_train_table_options(m, t, &o);
+		need += ss_table_registered_bytes(&o, world);
+	}
+	return need;
+}
+
 /* What the rejoin's fill needs: ss_table_open() calls it mid-open. */
 struct ss_rejoin_fill {
 	struct ss_train_cmd *c;
