@@ -716,6 +716,60 @@ Test(sync, every_chunk_is_claimed_by_exactly_one_rank, .timeout = 180)
 }
 
 /*
+ * Rank 0, which holds the chunk counter, gone for good: rank 1's claims
+ * wait, saying so once past the round timeout (they were silent for the
+ * 25 s to the failure), and then fail naming rank 0.  Its log goes to a
+ * file to be read back.
+ */
+static int body_counter_gone(struct ss_sync *s, int rank, struct job *job)
+{
+	char path[64], text[4096] = "";
+	uint64_t chunk;
+	size_t got;
+	FILE *f;
+	int rc;
+
+	(void)job;
+	fail_if(ss_sync_claim(s, &chunk), "first claim");
+	fail_if(ss_sync_barrier(s), "barrier");
+	if (rank == 0)
+		_exit(0); /* no goodbye: as a process killed */
+	snprintf(path, sizeof(path), "/tmp/ss-claims-%d.log", (int)getpid());
+	fail_if(!freopen(path, "w", stderr), "%s", path);
+	/* the chunks already fetched first, then the wait */
+	for (int i = 0; (rc = ss_sync_claim(s, &chunk)) == 0 && i < 1000; i++)
+		;
+	fflush(stderr);
+	f = fopen(path, "r");
+	got = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+	text[got] = '\0';
+	if (f)
+		fclose(f);
+	unlink(path);
+	fail_if(rc != -ETIMEDOUT, "claims: %d", rc);
+	fail_if(!strstr(ss_last_error()->why, "holds the chunk counter"), "%s",
+		ss_last_error()->why);
+	fail_if(!strstr(text, "no chunk of the data from rank 0, which holds "
+			      "the chunk counter, for 300 ms"),
+		"log: %s", text);
+	return 0;
+}
+
+Test(sync, claims_without_the_counter_say_so_then_fail, .timeout = 120)
+{
+	struct job job = { .world = 2,
+			   .body = body_counter_gone,
+			   .init = init_distinct };
+
+	/* the sync layer's wait, the same over either transport */
+	if (ranks_transport() != SS_TRANSPORT_SHM)
+		cr_skip_test("over shm only");
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = 300;
+	run(&job);
+}
+
+/*
  * Rank 2 sleeps through round 1 (twice the round timeout): ranks 0 and 1
  * wait the round out for its contribution, then average and send, and
  * each must still take the other's average, just past the deadline.

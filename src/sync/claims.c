@@ -165,8 +165,9 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c)
 
 int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 {
-	uint64_t deadline = ss_deadline_ns(
-		4 * __atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED) + 5000);
+	unsigned timeout_ms = __atomic_load_n(&s->timeout_ms, __ATOMIC_RELAXED);
+	uint64_t deadline = ss_deadline_ns(4 * timeout_ms + 5000),
+		 stall = ss_deadline_ns(timeout_ms);
 	int rc = 0;
 
 	pthread_mutex_lock(&s->claim_lock);
@@ -183,6 +184,15 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 		if (ss_deadline_passed(deadline)) {
 			rc = -ETIMEDOUT;
 			break;
+		}
+		/* said once a stall, not left silent until the failure */
+		if (ss_deadline_passed(stall) && !s->claim_stall_said) {
+			s->claim_stall_said = true;
+			ss_log_warn("sync: no chunk of the data from rank 0, "
+				    "which holds the chunk counter, for %u ms: "
+				    "waiting up to %u ms more for it to come "
+				    "back (launch --restarts starts it again)",
+				    timeout_ms, 3 * timeout_ms + 5000);
 		}
 		pthread_mutex_unlock(&s->claim_lock);
 		if (pthread_mutex_trylock(&s->fabric_lock) == 0) {
@@ -208,6 +218,9 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 		}
 	}
 	if (rc == 0 && s->claim_count) {
+		if (s->claim_stall_said)
+			ss_log_warn("sync: chunks of the data come again");
+		s->claim_stall_said = false;
 		*chunk = s->claim_queue[s->claim_head];
 		s->claim_head = (s->claim_head + 1) % SS_CLAIM_QUEUE;
 		s->claim_count--;

@@ -271,6 +271,7 @@ struct ss_sync {
 	bool claim_busy[SS_CLAIM_SLOTS]; /* a fetch-add into word 1 + i */
 	int claims_in_flight;
 	int claim_rc; /* the counter refused a claim: claims fail */
+	bool claim_stall_said; /* a wait past the round timeout was logged */
 	uint32_t claims_high; /* the highest chunk claimed here, plus one */
 	/* rank 0's fabric epoch whose counter was READ ready; a READ of it
 	 * in flight, for which epoch, and when to ask again */
