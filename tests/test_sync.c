@@ -726,8 +726,9 @@ static int body_counter_gone(struct ss_sync *s, int rank, struct job *job)
 	char path[64], text[4096] = "";
 	uint64_t chunk;
 	size_t got;
+	uint64_t deadline;
 	FILE *f;
-	int rc;
+	int rc, saved;
 
 	(void)job;
 	fail_if(ss_sync_claim(s, &chunk), "first claim");
@@ -735,11 +736,18 @@ static int body_counter_gone(struct ss_sync *s, int rank, struct job *job)
 	if (rank == 0)
 		_exit(0); /* no goodbye: as a process killed */
 	snprintf(path, sizeof(path), "/tmp/ss-claims-%d.log", (int)getpid());
-	fail_if(!freopen(path, "w", stderr), "%s", path);
-	/* the chunks already fetched first, then the wait */
-	for (int i = 0; (rc = ss_sync_claim(s, &chunk)) == 0 && i < 1000; i++)
+	saved = dup(STDERR_FILENO);
+	fail_if(saved < 0 || !freopen(path, "w", stderr), "%s", path);
+	/* the chunks already fetched first, and over shm those counted on
+	 * the dead process's memory until its death is noticed; then the
+	 * wait */
+	deadline = ss_deadline_ns(60000);
+	while ((rc = ss_sync_claim(s, &chunk)) == 0 &&
+	       !ss_deadline_passed(deadline))
 		;
 	fflush(stderr);
+	dup2(saved, STDERR_FILENO); /* our failures to the test's output */
+	close(saved);
 	f = fopen(path, "r");
 	got = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
 	text[got] = '\0';
