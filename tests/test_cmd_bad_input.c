@@ -465,16 +465,17 @@ Test(cmd_bad_input, a_model_larger_than_dev_shm)
 		     "/dev/shm' 2>&1 && echo can");
 	if (rc != 0 || !strstr(out, "can"))
 		cr_skip_test("no mount namespace here (needs root): %s", out);
-	/* over shm, the total before any object (the first object's need
-	 * alone was said, so a /dev/shm grown to it failed at the next);
-	 * the objects' own reservation (auto: found shm at the open) */
+	/* over shm, the total before any object: the first object's need
+	 * alone was said, so a /dev/shm grown to it failed at the next;
+	 * and the job's, all of whose ranks are on this machine */
 	rc = cmd_run(
 		out, sizeof(out),
 		"cd %s && unshare -m sh -c 'mount -t tmpfs -o size=16m "
-		"tmpfs /dev/shm && for t in shm auto; do %s train --data "
+		"tmpfs /dev/shm && for h in 1000000 4000; do %s train "
+		"--data "
 		"train.txt --emb-dim 4 --bottom 13-16-4 --top 16-1 "
-		"--hash-size 1000000 --peers 127.0.0.1:%d,127.0.0.1:%d "
-		"--rank 0 --transport $t --tables replicated "
+		"--hash-size $h --peers 127.0.0.1:%d,127.0.0.1:%d "
+		"--rank 0 --transport shm --tables replicated "
 		"--connect-timeout 2; echo status $?; ls /dev/shm | wc -l; "
 		"done; %s train --data train.txt --emb-dim 4 --bottom "
 		"13-16-4 --top 16-1 --hash-size 200000 --threads 1; "
@@ -486,7 +487,9 @@ Test(cmd_bad_input, a_model_larger_than_dev_shm)
 			      "replica and the sync layer's regions), "
 			      "/dev/shm has 1"),
 		  "%s", out);
-	cr_assert(strstr(out, "-r0 needs 396 MiB, /dev/shm has 1"), "%s", out);
+	/* 8 MiB a rank fits, 16 for the two do not */
+	cr_assert(strstr(out, "the 2 ranks' objects need 1"), "%s", out);
+	cr_assert(strstr(out, "/dev/shm holds 16 MiB"), "%s", out);
 	{
 		const char *first = strstr(out, "status 1\n0\n");
 

@@ -171,6 +171,17 @@ size_t ss_sync_synced_len(const struct ss_sync *sync);
 size_t ss_sync_registered_bytes(size_t n, int world);
 
 /*
+ * ss_sync_registered_bytes_for() - what ss_sync_create() with @opts
+ * registers for a replica of @n floats among @world ranks: the replica
+ * whole, the other regions for the @opts->synced floats synchronized, the
+ * hierarchical rounds' area only for S-MA from @opts->hierarchical_from
+ * ranks.  0 for @opts of a size this library does not know.
+ */
+size_t ss_sync_registered_bytes_for(size_t n,
+				    const struct ss_sync_options *opts,
+				    int world);
+
+/*
  * ss_sync_begin() - once, by the thread that drives the sync, before
  * ss_shadow_start() or any claim: after connecting and filling the
  * replica, start the S-EASGD center and the S-BMUF global model from the

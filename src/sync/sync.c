@@ -99,6 +99,36 @@ size_t ss_sync_registered_bytes(size_t n, int world)
 	return total;
 }
 
+size_t ss_sync_registered_bytes_for(size_t n,
+				    const struct ss_sync_options *given,
+				    int world)
+{
+	const size_t page = 4096;
+	struct ss_sync_options o;
+	int from;
+	size_t synced, total = 0;
+
+	ss_sync_options_init(&o, SS_SYNC_NONE);
+	if (ss__options_in(&o, sizeof(o), given,
+			   offsetof(struct ss_sync_options, hierarchical_from),
+			   "ss_sync_options") < 0)
+		return 0;
+	synced = o.synced && o.synced < n ? o.synced : n;
+	from = o.hierarchical_from ? o.hierarchical_from :
+				     SS_SYNC_HIERARCHICAL_FROM;
+	/* as ss_sync_alloc(): the whole replica, the rest for the synced
+	 * prefix, the hierarchical area where ss__hma_possible() says */
+	for (int i = 0; i < SS_R_COUNT; i++)
+		total += (ss_region_floats(i, i == SS_R_PARAMS ? n : synced,
+					   world,
+					   o.algo == SS_SYNC_MA && from > 0 &&
+						   world >= from) *
+				  sizeof(float) +
+			  page - 1) /
+			 page * page;
+	return total;
+}
+
 /*
  * Each region bound to the plan's NUMA node before its first touch (the
  * fabric calls this between mapping and registering): registering pins

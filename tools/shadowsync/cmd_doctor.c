@@ -390,9 +390,12 @@ static void ss_doctor_memlock(struct ss_doctor *d)
 	uint64_t limit;
 	int rc;
 
+	struct ss_sync_options so;
+
 	ss_train_options_init(&t);
-	t.prefetch = 1; /* train's default */
-	need = ss_train_registered_bytes(&d->model, &t, d->tables, true,
+	ss_sync_options_init(&so, SS_SYNC_MA); /* train's defaults */
+	t.prefetch = 1;
+	need = ss_train_registered_bytes(&d->model, &t, d->tables, &so,
 					 d->ranks);
 	rc = ss_memlock_check(0, need, "a run", &limit);
 	printf("locked memory\n");

@@ -72,6 +72,19 @@ int ss_cmd_train(int argc, char **argv)
 	/* a rank that rejoins goes on with the ranks that run: one dead
 	 * for good (its host lost) must not keep it out of the job */
 	c.fabric.partial_connect = c.rejoin;
+	/* auto decided once, here: the same for both endpoints, the plan's
+	 * NIC and the /dev/shm check (a rank alone: the fabric decides) */
+	if (rc == 0 && c.fabric.transport == SS_TRANSPORT_AUTO &&
+	    c.fabric.world > 1) {
+		bool verbs = ss_fabric_verbs_available();
+
+		c.fabric.transport =
+			verbs ? SS_TRANSPORT_VERBS : SS_TRANSPORT_SHM;
+		ss_log_info("transport auto: %s (%s)",
+			    ss_transport_name(c.fabric.transport),
+			    verbs ? "an RDMA port is active" :
+				    "no active RDMA port");
+	}
 	if (rc == 0)
 		rc = ss_train_resolve_tables(&c);
 	if (rc == 0)
@@ -84,17 +97,23 @@ int ss_cmd_train(int argc, char **argv)
 	len = c.tables == SS_TABLES_SHARDED ? ss_model_dense_len(&c.model) :
 					      ss_model_len(&c.model);
 
-	/* Where the threads go: near --device, $SS_DEVICE, else the NIC
-	 * of this rank's address (the first one hwloc listed, before: on a
-	 * node of two, both ranks near the first) */
+	/* Where the threads go: near --device; over verbs, $SS_DEVICE,
+	 * else the NIC of this rank's address (the first one hwloc listed,
+	 * before: on a node of two, both ranks near the first).  Not the
+	 * variable over shm: set for a whole cluster, it named a device
+	 * that a host without it refused. */
 	ss_plan_request_init(&req);
 	req.trainers = (int)c.threads;
-	req.device = c.fabric.device ? c.fabric.device : getenv("SS_DEVICE");
-	if ((!req.device || !*req.device) && c.fabric.world > 1 &&
-	    c.fabric.transport != SS_TRANSPORT_SHM &&
-	    ss_fabric_device_of(c.fabric.addrs[c.fabric.rank], nic,
-				sizeof(nic)) == 0)
-		req.device = nic;
+	req.device = c.fabric.device;
+	if (!req.device && c.fabric.transport == SS_TRANSPORT_VERBS) {
+		const char *env = getenv("SS_DEVICE");
+
+		if (env && *env)
+			req.device = env;
+		else if (ss_fabric_device_of(c.fabric.addrs[c.fabric.rank], nic,
+					     sizeof(nic)) == 0)
+			req.device = nic;
+	}
 	req.oversubscribe = c.oversubscribe;
 	/* with no shadow thread, its core trains too */
 	req.no_shadow = c.sync.algo == SS_SYNC_NONE || c.foreground;

@@ -219,18 +219,19 @@ int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
 /*
  * ss_train_registered_bytes() - what one rank of @world registers with
  * the fabric (over shm: its objects in /dev/shm) for model @m trained
- * with @t: the sync layer's regions when @synced, and with sharded
- * @tables its shard, logs and staging.
+ * with @t: the sync layer's regions for @sync (NULL or --sync none:
+ * none), and with sharded @tables its shard, logs and staging.
  */
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
 				 const struct ss_train_options *t, int tables,
-				 bool synced, int world);
+				 const struct ss_sync_options *sync, int world);
 
 /*
  * ss_train_check_shm_space() - over shm, whether /dev/shm has room for
- * all of this rank's objects: refused at once, with the total, where the
- * reservation of each object found out one at a time (a user who grew
- * /dev/shm to the first message's size failed at the next object).
+ * all of this rank's objects, and holds those of the job's ranks (all on
+ * this machine): refused at once, with the totals, where the reservation
+ * of each object found out one at a time (a user who grew /dev/shm to
+ * the first message's size failed at the next object).
  */
 int ss_train_check_shm_space(const struct ss_train_cmd *c);
 

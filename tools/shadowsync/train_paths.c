@@ -212,27 +212,44 @@ int ss_train_check_shm_space(const struct ss_train_cmd *c)
 {
 	struct statvfs vfs;
 	size_t need;
-	unsigned long long have;
+	unsigned long long have, holds;
+	bool synced = c->sync.algo != SS_SYNC_NONE,
+	     sharded = c->tables == SS_TABLES_SHARDED;
+	char what[96];
 
 	/* a rank alone keeps its regions in private memory (shm.c) */
 	if (c->fabric.transport != SS_TRANSPORT_SHM || c->fabric.world < 2 ||
 	    statvfs("/dev/shm", &vfs) < 0)
 		return 0;
 	need = ss_train_registered_bytes(&c->model, &c->train, c->tables,
-					 c->sync.algo != SS_SYNC_NONE,
-					 c->fabric.world);
+					 &c->sync, c->fabric.world);
 	have = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
-	if (need <= have)
-		return 0;
-	return ss_error_set(-ENOSPC, "/dev/shm is too small",
-			    "free /dev/shm (shadowsync shm-clean), make the "
-			    "model smaller (--hash-size), or mount a larger "
-			    "/dev/shm (mount -o remount,size=...; docker run "
-			    "--shm-size=...), for every rank of this machine",
-			    "this rank's objects need %zu MiB in all (its "
-			    "replica%s and the sync layer's regions), /dev/shm "
-			    "has %llu MiB free",
-			    need >> 20,
-			    c->tables == SS_TABLES_SHARDED ? ", its shard" : "",
-			    have >> 20);
+	holds = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
+	snprintf(what, sizeof(what), "%s%s%s",
+		 synced ? "its replica and the sync layer's regions" : "",
+		 synced && sharded ? ", " : "", sharded ? "its shard" : "");
+	if (need > have)
+		return ss_error_set(
+			-ENOSPC, "/dev/shm is too small",
+			"free /dev/shm (shadowsync shm-clean), make the model "
+			"smaller (--hash-size), or mount a larger /dev/shm "
+			"(mount -o remount,size=...; docker run "
+			"--shm-size=...)",
+			"this rank's objects need %zu MiB in all (%s), "
+			"/dev/shm has %llu MiB free",
+			need >> 20, what, have >> 20);
+	/* every rank of a job over shm is on this machine */
+	if ((unsigned long long)need * (unsigned)c->fabric.world > holds)
+		return ss_error_set(
+			-ENOSPC, "/dev/shm is too small for the job",
+			"make the model smaller (--hash-size), run fewer "
+			"ranks, or mount a larger /dev/shm (mount -o "
+			"remount,size=...; docker run --shm-size=...)",
+			"the %d ranks' objects need %llu MiB in all (%zu MiB "
+			"a rank: %s), /dev/shm holds %llu MiB",
+			c->fabric.world,
+			(unsigned long long)(need >> 20) *
+				(unsigned)c->fabric.world,
+			need >> 20, what, holds >> 20);
+	return 0;
 }

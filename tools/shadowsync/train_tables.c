@@ -33,15 +33,22 @@ void ss_train_table_options(const struct ss_model_config *m,
 
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
 				 const struct ss_train_options *t, int tables,
-				 bool synced, int world)
+				 const struct ss_sync_options *sync, int world)
 {
 	bool sharded = tables == SS_TABLES_SHARDED;
-	size_t need = synced ? ss_sync_registered_bytes(
-				       sharded ? ss_model_dense_len(m) :
-						 ss_model_len(m),
-				       world) :
-			       0;
+	size_t need = 0;
 
+	/* as train: sharded, the replica is the MLPs; local, the whole
+	 * model with only the MLPs synchronized */
+	if (sync && sync->algo != SS_SYNC_NONE) {
+		struct ss_sync_options o = *sync;
+
+		o.synced =
+			tables == SS_TABLES_LOCAL ? ss_model_dense_len(m) : 0;
+		need = ss_sync_registered_bytes_for(
+			sharded ? ss_model_dense_len(m) : ss_model_len(m), &o,
+			world);
+	}
 	if (sharded) { /* this rank's shard, logs and staging */
 		struct ss_table_options o;
 
