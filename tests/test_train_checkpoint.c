@@ -423,6 +423,16 @@ Test(checkpoint, a_save_replaces_only_a_checkpoint)
 	cr_assert_eq(ss_checkpoint_save_check(path), -EEXIST);
 	cr_assert(strstr(ss_last_error()->what, ".tmp"), "%s",
 		  ss_last_error()->what);
+	/* a FIFO there (the check waited for a writer for ever), and a
+	 * dangling link (passed, then the save refused it after training) */
+	unlink(other);
+	cr_assert_eq(mkfifo(other, 0600), 0);
+	cr_assert_eq(ss_checkpoint_save_check(path), -EEXIST);
+	unlink(other);
+	cr_assert_eq(symlink("/nonexistent/x", other), 0);
+	cr_assert_eq(ss_checkpoint_save_check(path), -EEXIST);
+	unlink(other);
+	cr_assert_eq(ss_checkpoint_save_check(path), 0);
 }
 
 /*

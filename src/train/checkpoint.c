@@ -237,8 +237,12 @@ static int ss_sync_folder(const char *path)
 static bool ss_is_left_by_a_save(const char *tmp)
 {
 	unsigned char head[SS_CKPT_HEADER];
-	int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, head, sizeof(head));
+	/* not through a link, and a FIFO's open must not wait */
+	int fd = open(tmp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st;
+	ssize_t n = fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ?
+			    -1 :
+			    read(fd, head, sizeof(head));
 	bool zeros = n >= 0;
 
 	if (fd >= 0)
@@ -265,33 +269,38 @@ static int ss_tmp_not_ours(const char *tmp, const char *path)
 static int ss_check_replaceable(const char *at, const char *path)
 {
 	unsigned char magic[8];
-	int fd = open(at, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	struct stat st;
-	ssize_t n = 0;
 	const char *why = NULL;
+	ssize_t n = 0;
+	int fd;
 
-	if (fd < 0)
+	/* what is there, before opening it: a device's open may act */
+	if (stat(at, &st) < 0)
 		return errno == ENOENT ? 0 :
 					 ss_error_set(-errno, NULL,
 						      "check the path and "
 						      "its rights",
 						      "saving '%s'", path);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+	if (!S_ISREG(st.st_mode)) {
 		why = S_ISDIR(st.st_mode) ? "it is a folder" :
 					    "it is not a regular file";
-	else
+	} else if ((fd = open(at, O_RDONLY | O_CLOEXEC)) < 0) {
+		why = "it cannot be read, to see that it is a checkpoint";
+	} else {
 		n = read(fd, magic, sizeof(magic));
-	close(fd);
-	if (!why && n != 0 &&
-	    (n != sizeof(magic) || memcmp(magic, SS_CKPT_MAGIC, 8) != 0))
-		why = "it exists and is not a checkpoint";
+		close(fd);
+		if (n != 0 && (n != sizeof(magic) ||
+			       memcmp(magic, SS_CKPT_MAGIC, 8) != 0))
+			why = "it exists and is not a checkpoint";
+	}
 	if (!why)
 		return 0;
 	return ss_error_set(-EEXIST, why,
 			    "a save replaces only an earlier checkpoint: "
 			    "move that file away, or save under another name",
-			    "saving '%s'%s%s", path, at != path ? " to " : "",
-			    at != path ? at : "");
+			    "saving '%s'%s%s%s", path,
+			    at != path ? " to '" : "", at != path ? at : "",
+			    at != path ? "'" : "");
 }
 
 /* A new @tmp, after what an earlier save left there. */
@@ -448,12 +457,14 @@ int ss_checkpoint_save_check(const char *path)
 	char *target = ss_save_target(path), *tmp = NULL;
 	const char *at = target ? target : path;
 	int rc = ss_check_replaceable(at, path);
+	struct stat st;
 
 	if (rc == 0 && asprintf(&tmp, "%s" SS_CHECKPOINT_TMP_SUFFIX, at) < 0) {
 		tmp = NULL;
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "saving '%s'", path);
 	}
-	if (rc == 0 && access(tmp, F_OK) == 0 && !ss_is_left_by_a_save(tmp))
+	/* lstat: a link there, dangling or not, is no save's either */
+	if (rc == 0 && lstat(tmp, &st) == 0 && !ss_is_left_by_a_save(tmp))
 		rc = ss_tmp_not_ours(tmp, path);
 	free(tmp);
 	free(target);
