@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +96,7 @@ struct ss_rank_proc {
 	int claim_fd; /* its address's claim until it starts, else -1 */
 	bool never_started; /* launch failed before it */
 	int stopped_by; /* the signal launch sent it to stop, 0: none */
+	char began[32]; /* --job-began, if it is started again */
 };
 
 struct ss_launch {
@@ -111,7 +113,6 @@ struct ss_launch {
 	pid_t launcher;
 	uint64_t nonce; /* random: the default port and job key */
 	char job_key[24]; /* --job-key for the ranks, "" when the user gave one */
-	char began[32]; /* --job-began for a restarted rank: our first start */
 	int n_cores; /* this process's cores, shared out by --bind */
 	cpu_set_t *cores; /* the PUs of each, in hwloc's logical order */
 	int train_argc;
@@ -465,7 +466,7 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 	if (l->ranks[r].restarts && strchr(peers, ',')) {
 		argv[n++] = "--rejoin";
 		argv[n++] = "--job-began";
-		argv[n++] = (char *)l->began;
+		argv[n++] = (char *)l->ranks[r].began;
 	}
 	if (l->job_key[0]) {
 		argv[n++] = "--job-key";
@@ -526,6 +527,62 @@ static int ss_launch_spawn(struct ss_launch *l, int r)
 	return 0;
 }
 
+/* The value of train's option @name in the ranks' arguments, or NULL. */
+static const char *ss_launch_train_arg(const struct ss_launch *l,
+				       const char *name)
+{
+	size_t len = strlen(name);
+	const char *v = NULL;
+
+	for (int k = 1; k < l->train_argc; k++) {
+		const char *a = l->train_argv[k];
+
+		if (!strcmp(a, name) && k + 1 < l->train_argc)
+			v = l->train_argv[++k];
+		else if (!strncmp(a, name, len) && a[len] == '=')
+			v = a + len + 1;
+	}
+	return v;
+}
+
+/*
+ * When rank @r's job began, for train --job-began should it be started
+ * again (a --save file older than that is an earlier job's): the time a
+ * new file in its --save folder gets, so that both times come from the
+ * clock of the storage (an NFS server's, which sets a file's time), not
+ * this host's; this host's clock where there is no such folder to write.
+ */
+static void ss_launch_began(struct ss_launch *l, int r)
+{
+	const char *save = ss_launch_train_arg(l, "--save"), *at;
+	char path[4096], rank[16];
+	struct timespec now;
+	struct stat st;
+	int fd = -1;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (save && strlen(save) < sizeof(path) - 64) {
+		snprintf(rank, sizeof(rank), "%ld", l->first_rank + r);
+		at = strstr(save, "{rank}");
+		snprintf(path, sizeof(path), "%.*s%s%s",
+			 at ? (int)(at - save) : (int)strlen(save), save,
+			 at ? rank : "", at ? at + 6 : "");
+		at = strrchr(path, '/');
+		snprintf(at ? (char *)at + 1 : path,
+			 sizeof(path) - (size_t)(at ? at + 1 - path : 0),
+			 ".shadowsync-began-XXXXXX");
+		fd = mkstemp(path);
+	}
+	if (fd >= 0) {
+		if (fstat(fd, &st) == 0)
+			now = st.st_mtim;
+		close(fd);
+		unlink(path);
+	}
+	snprintf(l->ranks[r].began, sizeof(l->ranks[r].began), "%lld.%09ld",
+		 (long long)now.tv_sec, now.tv_nsec);
+}
+
 /*
  * Every rank's address over shm, claimed in rank order before any rank
  * starts: of two jobs started at once on the same addresses, the one
@@ -557,7 +614,6 @@ static int ss_launch_claim(struct ss_launch *l)
 static int ss_launch_start(struct ss_launch *l)
 {
 	size_t size = (size_t)l->n * (strlen(l->host) + 8);
-	struct timespec now;
 	int rc = 0;
 
 	/* --peers names the job's addresses; else ours, from --port up */
@@ -569,11 +625,8 @@ static int ss_launch_start(struct ss_launch *l)
 	if (rc < 0)
 		return rc;
 	l->launcher = getpid();
-	/* A restarted rank's --save checkpoint older than this is an earlier
-	 * job's (train --job-began): the clock a file's time is set by. */
-	clock_gettime(CLOCK_REALTIME, &now);
-	snprintf(l->began, sizeof(l->began), "%lld.%03ld",
-		 (long long)now.tv_sec, now.tv_nsec / 1000000);
+	for (int r = 0; r < l->n; r++)
+		ss_launch_began(l, r);
 	for (int r = 0; r < l->n && !l->job_peers; r++)
 		snprintf(l->peers + strlen(l->peers),
 			 size + 1 - strlen(l->peers), "%s%s:%ld", r ? "," : "",

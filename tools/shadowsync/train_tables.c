@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -299,10 +300,15 @@ int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
 	if (path && access(path, F_OK) != 0)
 		path = NULL;
 	if (path && (before = ss_saved_before_job(c, path)) > 0) {
-		ss_log_warn("rejoining: not loading %s: it was written %.0f s "
-			    "before this job began (--job-began), by an "
-			    "earlier job",
-			    path, before);
+		/* unless it is what the job began from (--load, the same
+		 * path: resumed from it, it is loaded as that below) */
+		if (!c->load ||
+		    strcmp(path, ss_checkpoint_path(c, c->load, false, load_buf,
+						    sizeof(load_buf))))
+			ss_log_warn("rejoining: not loading %s: it was "
+				    "written %.1f s before this job began "
+				    "(--job-began), by an earlier job",
+				    path, before);
 		path = NULL;
 	}
 	if (!path) {
