@@ -76,6 +76,14 @@ int ss__verbs_resolve(const char *text, struct sockaddr_storage *out)
 						    "host name too long",
 				    NULL, "address '%s'", text);
 	rc = getaddrinfo(host, strrchr(text, ':') + 1, &hints, &res);
+	/* the name service failing is not a bad address (a usage error,
+	 * which launch does not start again) */
+	if (rc == EAI_AGAIN || rc == EAI_SYSTEM || rc == EAI_MEMORY)
+		return ss_error_set(rc == EAI_MEMORY ? -ENOMEM : -EAGAIN,
+				    gai_strerror(rc),
+				    "the name service did not answer: try "
+				    "again, or give an IP address",
+				    "address '%s'", text);
 	if (rc != 0)
 		return ss_error_set(
 			SS_EUSAGE, gai_strerror(rc),
