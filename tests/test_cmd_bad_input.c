@@ -379,7 +379,8 @@ Test(cmd_bad_input, outputs_checked_before_training)
 		"train " MODEL " --data train.txt --load nope.ckpt");
 	/* a rank's file that a job of fewer ranks never saved */
 	refused(1, "a job of fewer ranks saved fewer (re-divide them", true,
-		"train " MODEL " --data train.txt --load 'nope.{rank}'");
+		"train " MODEL " --data train.txt --load 'nope.{rank}' "
+		"--rank 1 --peers 127.0.0.1:1,127.0.0.1:2 --transport shm");
 }
 
 Test(cmd_bad_input, hostfile_ports_out_of_range)

@@ -123,7 +123,8 @@ int ss_cmd_train(int argc, char **argv)
 	if (rc < 0)
 		goto out;
 	c.train.threads = plan->trainers;
-	ss_log_info("plan: %d trainers; %s", plan->trainers, plan->note);
+	ss_log_info("plan: %d trainer%s; %s", plan->trainers,
+		    plan->trainers == 1 ? "" : "s", plan->note);
 	rc = ss_train_metrics_open(&c); /* its path, before any training */
 	if (rc < 0)
 		goto out;

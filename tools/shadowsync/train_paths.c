@@ -139,9 +139,12 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 		rc = ss_check_test_format(c->test, c->train.bad_lines);
 	if (rc == 0 && c->load) {
 		path = ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
+		/* a rank's file missing: a job of fewer ranks saved it? */
 		rc = ss_check_checkpoint(
 			"--load", path,
-			strstr(c->load, "{rank}") ?
+			strstr(c->load, "{rank}") && c->fabric.rank > 0 &&
+					access(path, F_OK) < 0 &&
+					errno == ENOENT ?
 				"each rank loads the file its rank saved: a "
 				"job of fewer ranks saved fewer (re-divide "
 				"them: shadowsync reshard --new-ranks N)" :
