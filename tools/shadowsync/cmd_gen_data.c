@@ -47,6 +47,14 @@ static void ss_gen_usage(FILE *out)
 		"  -h, --help             this help\n");
 }
 
+/* ,"@key": then @v as ss_json_double() writes it (null for NaN). */
+static void ss_json_field(FILE *f, const char *key, const char *format,
+			  double v)
+{
+	fprintf(f, ",\"%s\":", key);
+	ss_json_double(f, format, v);
+}
+
 static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 			    const struct ss_metrics *m)
 {
@@ -63,14 +71,10 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 		(unsigned long long)o->examples, (unsigned long long)o->seed,
 		(unsigned long long)o->stream);
 	ss_json_double(f, "%.6f", m->ctr);
-	fputs(",\"ne\":", f);
-	ss_json_double(f, "%.6f", m->ne);
-	fputs(",\"log_loss\":", f);
-	ss_json_double(f, "%.6f", m->log_loss);
-	fputs(",\"auc\":", f);
-	ss_json_double(f, "%.6f", m->auc);
-	fputs(",\"calibration\":", f);
-	ss_json_double(f, "%.6f", m->calibration);
+	ss_json_field(f, "ne", "%.6f", m->ne);
+	ss_json_field(f, "log_loss", "%.6f", m->log_loss);
+	ss_json_field(f, "auc", "%.6f", m->auc);
+	ss_json_field(f, "calibration", "%.6f", m->calibration);
 	/* The criteo shape has a count per feature (ss_gen_cardinality()),
 	 * not o->cardinality: its name says it all. */
 	if (o->shape == SS_GEN_CRITEO)
@@ -78,12 +82,9 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 	else
 		fprintf(f, ",\"shape\":\"uniform\",\"cardinality\":%u",
 			o->cardinality);
-	fputs(",\"zipf\":", f);
-	ss_json_double(f, "%g", o->zipf);
-	fputs(",\"value_scale\":", f);
-	ss_json_double(f, "%g", o->value_scale);
-	fputs(",\"pair_scale\":", f);
-	ss_json_double(f, "%g", o->pair_scale);
+	ss_json_field(f, "zipf", "%g", o->zipf);
+	ss_json_field(f, "value_scale", "%g", o->value_scale);
+	ss_json_field(f, "pair_scale", "%g", o->pair_scale);
 	fputs("}\n", f);
 	return fclose(f) == 0 ?
 		       0 :
@@ -249,10 +250,8 @@ int ss_cmd_gen_data(int argc, char **argv)
 		printf(",\"examples\":%llu,\"ctr\":",
 		       (unsigned long long)o.examples);
 		ss_json_double(stdout, "%.6f", m.ctr);
-		fputs(",\"teacher_ne\":", stdout);
-		ss_json_double(stdout, "%.6f", m.ne);
-		fputs(",\"teacher_auc\":", stdout);
-		ss_json_double(stdout, "%.6f", m.auc);
+		ss_json_field(stdout, "teacher_ne", "%.6f", m.ne);
+		ss_json_field(stdout, "teacher_auc", "%.6f", m.auc);
 		fputs("}\n", stdout);
 	} else
 		printf("wrote %llu examples to %s: click rate %.4f; teacher NE %.4f (the floor), AUC %.4f; details in %s.teacher.json\n",
