@@ -791,6 +791,8 @@ int main(int argc, char **argv)
 
 	if (rc == 1)
 		return 0; /* --help */
+	if (rc == 0)
+		rc = ss_blas_check();
 	if (rc < 0) {
 		ss_error_print(stderr, prog, rc);
 		return 2;

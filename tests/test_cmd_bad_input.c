@@ -14,6 +14,7 @@
 
 #include "cmd.h"
 #include "ranks.h"
+#include "train/blas_kernels.h"
 
 static char dir[] = "/tmp/ss-bad-XXXXXX";
 
@@ -499,4 +500,41 @@ Test(cmd_bad_input, a_model_larger_than_dev_shm)
 	}
 	/* 21 MB of replica, and the sync layer's regions */
 	cr_assert(strstr(out, "alone 0\n0\n"), "%s", out);
+}
+
+/*
+ * BLIS_ARCH_TYPE asking for kernels this CPU cannot run: refused before
+ * training, the variable, the kernels and the missing instruction set
+ * named (before, BLIS ran them: SIGILL, exit 132, no word).  The first
+ * family this BLIS has that this CPU cannot run is asked for: on every
+ * CPU of today at least knl's AVX-512PF (Xeon Phi's) is missing.  doctor
+ * calls it a problem.
+ */
+Test(cmd_bad_input, blis_kernels_beyond_the_cpu)
+{
+	const struct ss__blas_kernels *k = NULL, *all;
+	char expect[256], names[128], id[16];
+	size_t n;
+
+	all = ss__blas_kernels(&n);
+	for (size_t i = 0; i < n && !k; i++)
+		if (all[i].needs & ~ss__cpu_isa())
+			k = &all[i];
+	if (!k)
+		cr_skip_test("this CPU runs all of this BLIS's kernels");
+	snprintf(id, sizeof(id), "%d", k->id);
+	cr_assert_eq(setenv("BLIS_ARCH_TYPE", id, 1), 0);
+	snprintf(
+		expect, sizeof(expect),
+		"BLIS_ARCH_TYPE=%d (%s kernels): this CPU lacks %s", k->id,
+		k->name,
+		ss__isa_names(k->needs & ~ss__cpu_isa(), names, sizeof(names)));
+	refused(2, expect, true, "train " MODEL " --data train.txt");
+	refused(2, "hint: unset it to let BLIS choose, or give the number",
+		true, "train " MODEL " --data train.txt");
+	refused(1, expect, false, "doctor");
+	/* a name is not taken: BLIS would read it as 0 */
+	cr_assert_eq(setenv("BLIS_ARCH_TYPE", "haswell", 1), 0);
+	refused(2, "BLIS_ARCH_TYPE='haswell': not a number", true,
+		"train " MODEL " --data train.txt");
 }

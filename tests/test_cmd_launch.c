@@ -644,14 +644,15 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
  * A rank's JSON summary longer than 4 KiB (a job of some thousand ranks
  * has a figure per peer in it) is kept whole for the job's summary, not
  * passed on in pieces and lost.  A long BLIS_ARCH_TYPE, which the
- * summary repeats (BLIS reads 0000... as 0), makes one with one rank.
+ * summary repeats, makes one with one rank: 6000 zeros, then 25, BLIS's
+ * generic kernels, which every CPU runs (BLIS reads 0000...025 as 25).
  */
 Test(cmd_launch, a_summary_longer_than_4_kib_is_kept)
 {
 	char out[32768];
 
 	cr_assert_eq(cmd_run(out, sizeof(out),
-			     "BLIS_ARCH_TYPE=$(printf '0%%.0s' $(seq 6000)) "
+			     "BLIS_ARCH_TYPE=$(printf '0%%.0s' $(seq 6000))25 "
 			     "%s launch -n 1 --port %d --json -- train "
 			     "--data %s/train.txt " MODEL
 			     " --threads 1 --progress 0 2>&1",

@@ -144,6 +144,16 @@ bool ss_blas_wants_skx(const struct ss_cpu_facts *cpu, const char **why);
 const char *ss_blas_setup(char *note, size_t size);
 
 /*
+ * ss_blas_check() - whether BLIS_ARCH_TYPE, when set, asks for kernels this
+ * BLIS has and this CPU can run: BLIS runs the kernels it is told to, and
+ * ones beyond the CPU die of SIGILL at the first product.  Call before
+ * ss_blas_setup().  Returns 0 (unset, or usable), or SS_EUSAGE with the
+ * detail naming the variable, the kernels, the instruction sets the CPU
+ * lacks and the kernels it can take.
+ */
+int ss_blas_check(void);
+
+/*
  * The CTR model, DLRM-shaped: the dense features through a bottom MLP, the
  * 26 categorical values hashed into embedding tables, the pairwise dot
  * products of the bottom output and the embeddings, a top MLP, a sigmoid.

@@ -28,6 +28,7 @@
 
 #include "shadowsync/base.h"
 #include "shadowsync/train.h"
+#include "train/blas_kernels.h"
 
 /* Family 6, model 0x55: Skylake-SP and Cascade Lake, BLIS's table. */
 #define SS_SKYLAKE_SP 0x55
@@ -99,19 +100,6 @@ const char *ss_blas_setup(char *note, size_t size)
 	bool skx = false;
 
 	ss_cpu_facts_read(&cpu);
-	if (cpu.env_arch) {
-		const char *env = getenv("BLIS_ARCH_TYPE");
-		char *end;
-
-		errno = 0;
-		(void)strtol(env, &end, 10);
-		if (end == env || *end || errno)
-			ss_log_warn("BLIS_ARCH_TYPE='%s' is not a number: BLIS "
-				    "0.9 reads it as 0 (skx, which needs "
-				    "AVX-512); give the number from arch_t in "
-				    "blis.h",
-				    env);
-	}
 #ifdef BLIS_CONFIG_SKX /* this BLIS has the kernels */
 	if (ss_blas_wants_skx(&cpu, &why)) {
 		char id[16];
@@ -129,4 +117,179 @@ const char *ss_blas_setup(char *note, size_t size)
 		 bli_info_get_version_str(), arch, skx ? "asked for: " : "",
 		 why);
 	return arch;
+}
+
+/*
+ * What each kernel family needs: what BLIS's own detection asks of the CPU
+ * before it picks them (frame/base/bli_cpuid.c of BLIS 0.9), the
+ * instruction sets they are built for.  Bulldozer to Steamroller use
+ * AMD's FMA4, which no CPU since Zen 1 has; knl, Xeon Phi's AVX-512PF.
+ */
+#define SS_AVX2_FMA (SS__ISA_AVX | SS__ISA_FMA3 | SS__ISA_AVX2)
+static const struct ss__blas_kernels ss_blas_kernels[] = {
+#ifdef BLIS_CONFIG_SKX
+	{ BLIS_ARCH_SKX, "skx",
+	  SS_AVX2_FMA | SS__ISA_AVX512F | SS__ISA_AVX512DQ | SS__ISA_AVX512BW |
+		  SS__ISA_AVX512VL },
+#endif
+#ifdef BLIS_CONFIG_KNL
+	{ BLIS_ARCH_KNL, "knl",
+	  SS_AVX2_FMA | SS__ISA_AVX512F | SS__ISA_AVX512PF },
+#endif
+#ifdef BLIS_CONFIG_HASWELL
+	{ BLIS_ARCH_HASWELL, "haswell", SS_AVX2_FMA },
+#endif
+#ifdef BLIS_CONFIG_SANDYBRIDGE
+	{ BLIS_ARCH_SANDYBRIDGE, "sandybridge", SS__ISA_AVX },
+#endif
+#ifdef BLIS_CONFIG_PENRYN
+	{ BLIS_ARCH_PENRYN, "penryn", SS__ISA_SSE3 | SS__ISA_SSSE3 },
+#endif
+#ifdef BLIS_CONFIG_ZEN3
+	{ BLIS_ARCH_ZEN3, "zen3", SS_AVX2_FMA },
+#endif
+#ifdef BLIS_CONFIG_ZEN2
+	{ BLIS_ARCH_ZEN2, "zen2", SS_AVX2_FMA },
+#endif
+#ifdef BLIS_CONFIG_ZEN
+	{ BLIS_ARCH_ZEN, "zen", SS_AVX2_FMA },
+#endif
+#ifdef BLIS_CONFIG_EXCAVATOR
+	{ BLIS_ARCH_EXCAVATOR, "excavator", SS_AVX2_FMA },
+#endif
+#ifdef BLIS_CONFIG_STEAMROLLER
+	{ BLIS_ARCH_STEAMROLLER, "steamroller",
+	  SS__ISA_AVX | SS__ISA_FMA3 | SS__ISA_FMA4 },
+#endif
+#ifdef BLIS_CONFIG_PILEDRIVER
+	{ BLIS_ARCH_PILEDRIVER, "piledriver",
+	  SS__ISA_AVX | SS__ISA_FMA3 | SS__ISA_FMA4 },
+#endif
+#ifdef BLIS_CONFIG_BULLDOZER
+	{ BLIS_ARCH_BULLDOZER, "bulldozer", SS__ISA_AVX | SS__ISA_FMA4 },
+#endif
+#ifdef BLIS_CONFIG_GENERIC
+	{ BLIS_ARCH_GENERIC, "generic", 0 },
+#endif
+};
+
+const struct ss__blas_kernels *ss__blas_kernels(size_t *n)
+{
+	*n = sizeof(ss_blas_kernels) / sizeof(ss_blas_kernels[0]);
+	return ss_blas_kernels;
+}
+
+unsigned int ss__cpu_isa(void)
+{
+	unsigned int isa = 0;
+
+#if defined(__x86_64__) || defined(__i386__)
+	/* libgcc's answers count the OS's saving of the ymm and zmm state */
+	__builtin_cpu_init();
+	isa |= __builtin_cpu_supports("sse3") ? SS__ISA_SSE3 : 0;
+	isa |= __builtin_cpu_supports("ssse3") ? SS__ISA_SSSE3 : 0;
+	isa |= __builtin_cpu_supports("avx") ? SS__ISA_AVX : 0;
+	isa |= __builtin_cpu_supports("fma") ? SS__ISA_FMA3 : 0;
+	isa |= __builtin_cpu_supports("fma4") ? SS__ISA_FMA4 : 0;
+	isa |= __builtin_cpu_supports("avx2") ? SS__ISA_AVX2 : 0;
+	isa |= __builtin_cpu_supports("avx512f") ? SS__ISA_AVX512F : 0;
+	isa |= __builtin_cpu_supports("avx512dq") ? SS__ISA_AVX512DQ : 0;
+	isa |= __builtin_cpu_supports("avx512bw") ? SS__ISA_AVX512BW : 0;
+	isa |= __builtin_cpu_supports("avx512vl") ? SS__ISA_AVX512VL : 0;
+	isa |= __builtin_cpu_supports("avx512pf") ? SS__ISA_AVX512PF : 0;
+#endif
+	return isa;
+}
+
+const char *ss__isa_names(unsigned int isa, char *buf, size_t size)
+{
+	static const char *const names[] = {
+		"SSE3",	     "SSSE3",	  "AVX",       "FMA3",
+		"FMA4",	     "AVX2",	  "AVX-512F",  "AVX-512DQ",
+		"AVX-512BW", "AVX-512VL", "AVX-512PF",
+	};
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (isa & (1u << i) && used < size)
+			used += (size_t)snprintf(buf + used, size - used,
+						 "%s%s", used ? ", " : "",
+						 names[i]);
+	return buf;
+}
+
+/* "3 haswell, 25 generic": the kernels a CPU with @have can take. */
+static const char *ss_blas_usable(unsigned int have, char *buf, size_t size)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0;
+	     i < sizeof(ss_blas_kernels) / sizeof(ss_blas_kernels[0]); i++) {
+		const struct ss__blas_kernels *k = &ss_blas_kernels[i];
+
+		if ((k->needs & ~have) == 0 && used < size)
+			used += (size_t)snprintf(buf + used, size - used,
+						 "%s%d %s", used ? ", " : "",
+						 k->id, k->name);
+	}
+	return buf;
+}
+
+int ss__blas_arch_check(const char *value, unsigned int have)
+{
+	char usable[160], missing[96], hint[256];
+	const struct ss__blas_kernels *k = NULL;
+	char *end;
+	long id;
+
+	ss_blas_usable(have, usable, sizeof(usable));
+	snprintf(hint, sizeof(hint),
+		 "unset it to let BLIS choose, or give the number of kernels "
+		 "this CPU can run: %s",
+		 usable);
+	/* BLIS reads it with strtol: a name, or nothing, is 0 (skx) */
+	errno = 0;
+	id = strtol(value, &end, 10);
+	if (end == value || *end || errno)
+		return ss_error_set(SS_EUSAGE,
+				    "not a number: BLIS 0.9 takes its kernels' "
+				    "number from blis.h's arch_t, and would "
+				    "read this as another",
+				    hint, "BLIS_ARCH_TYPE='%.64s'", value);
+	for (size_t i = 0;
+	     i < sizeof(ss_blas_kernels) / sizeof(ss_blas_kernels[0]); i++)
+		if (ss_blas_kernels[i].id == id)
+			k = &ss_blas_kernels[i];
+	if (!k)
+		return ss_error_set(
+			SS_EUSAGE,
+			id >= 0 && id < BLIS_NUM_ARCHS ?
+				"this BLIS was built without those kernels (another processor family's)" :
+				"not one of BLIS's kernel numbers",
+			hint, "BLIS_ARCH_TYPE=%ld (%s)", id,
+			id >= 0 && id < BLIS_NUM_ARCHS ?
+				bli_arch_string((arch_t)id) :
+				"no kernels");
+	if (k->needs & ~have) {
+		char why[160];
+
+		snprintf(why, sizeof(why),
+			 "this CPU lacks %s, which they need: BLIS would die "
+			 "of an illegal instruction at the first product",
+			 ss__isa_names(k->needs & ~have, missing,
+				       sizeof(missing)));
+		return ss_error_set(SS_EUSAGE, why, hint,
+				    "BLIS_ARCH_TYPE=%ld (%s kernels)", id,
+				    k->name);
+	}
+	return 0;
+}
+
+int ss_blas_check(void)
+{
+	const char *value = getenv("BLIS_ARCH_TYPE");
+
+	return value ? ss__blas_arch_check(value, ss__cpu_isa()) : 0;
 }

@@ -445,13 +445,21 @@ static void ss_doctor_hugepages(void)
 		       "use more IOMMU/MTT entries; 'madvise' is enough\n");
 }
 
-/* The matrix kernels train will run on: advice, never a problem. */
-static void ss_doctor_blas(void)
+/* The matrix kernels train will run on: a problem only when
+ * BLIS_ARCH_TYPE asks for kernels this CPU cannot run (train refuses). */
+static void ss_doctor_blas(struct ss_doctor *d)
 {
 	char note[256];
 
+	printf("blas\n");
+	if (ss_blas_check() < 0) {
+		const struct ss_error *e = ss_last_error();
+
+		ss_doctor_problem(d, e->hint, "%s: %s", e->what, e->why);
+		return;
+	}
 	ss_blas_setup(note, sizeof(note));
-	printf("blas\n  %s\n", note);
+	printf("  %s\n", note);
 }
 
 int ss_cmd_doctor(int argc, char **argv)
@@ -466,7 +474,7 @@ int ss_cmd_doctor(int argc, char **argv)
 	ss_doctor_devices(&d);
 	ss_doctor_memlock(&d);
 	ss_doctor_hugepages();
-	ss_doctor_blas();
+	ss_doctor_blas(&d);
 	if (d.problems)
 		printf("\n%d problem%s found; see the fixes above\n",
 		       d.problems, d.problems == 1 ? "" : "s");

@@ -42,6 +42,8 @@ int ss_cmd_train(int argc, char **argv)
 
 	if (rc == 1)
 		return SS_EXIT_OK;
+	if (rc == 0)
+		rc = ss_blas_check();
 	if (rc == 0) {
 		char note[256];
 
