@@ -606,6 +606,9 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-n 33 --port 65471 -- train --data x",
 		  "--port 65471 with -n 33: the ranks' ports would pass 65535" },
 		{ "-n 2 -- gen-data --out x", "launch runs 'train'" },
+		{ "-n 2 -- no-such-program-here x",
+		  "'no-such-program-here' after --: no such program on PATH" },
+		{ "-n 2 -- ./no/such/file", "'./no/such/file' after --" },
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },
 		{ "-n 2 --restarts -1 -- train --data x", "--restarts" },
@@ -859,4 +862,33 @@ Test(cmd_launch, bind_spread_gives_each_rank_its_own_cores)
 	cr_assert_not_null(r1, "%s", out);
 	/* the two lists differ */
 	cr_assert_neq(strncmp(r0, r1, strcspn(r0, ",\n")), 0, "%s", out);
+}
+
+/*
+ * A program of the user's under launch (the Python package's way): each
+ * rank finds its rank, the job's peers, transport and key in its
+ * environment, and its {"rank": line counts in the job's summary as
+ * train's does (the job's examples over the slowest rank's seconds, the
+ * worst rank's NE).
+ */
+Test(cmd_launch, a_program_of_the_users_gets_its_rank_and_peers)
+{
+	char out[8192];
+
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"%s launch -n 3 --port %d --json -- sh -c 'echo "
+			"\"{\\\"rank\\\":$SS_RANK,\\\"examples\\\":10,"
+			"\\\"seconds\\\":$((SS_RANK + 1)),"
+			"\\\"test_ne\\\":0.8$SS_RANK}\"; "
+			"echo \"$SS_RANK/$SS_WORLD $SS_PEERS $SS_TRANSPORT "
+			"key${SS_JOB_KEY:+ set}\"' 2>&1",
+			SS_COMMAND, port()),
+		0, "%s", out);
+	cr_assert(strstr(out, "[rank 2] 2/3 127.0.0.1:"), "%s", out);
+	cr_assert(strstr(out, " shm key set"), "%s", out);
+	cr_assert(strstr(out, "\"examples\":30,\"seconds\":3.000,"
+			      "\"examples_per_s\":10.0,"),
+		  "%s", out);
+	cr_assert(strstr(out, "\"test_ne\":0.820000,"), "%s", out);
 }

@@ -239,8 +239,17 @@ Test(peers, long_host_file_lines)
 static void clear_launchers(void)
 {
 	static const char *const vars[] = {
-		"SLURM_PROCID",		"SLURM_NTASKS", "OMPI_COMM_WORLD_RANK",
-		"OMPI_COMM_WORLD_SIZE", "PMI_RANK",	"PMI_SIZE"
+		"SLURM_PROCID",
+		"SLURM_NTASKS",
+		"OMPI_COMM_WORLD_RANK",
+		"OMPI_COMM_WORLD_SIZE",
+		"PMI_RANK",
+		"PMI_SIZE",
+		"RANK",
+		"WORLD_SIZE",
+		"LOCAL_WORLD_SIZE",
+		"OMPI_COMM_WORLD_LOCAL_SIZE",
+		"SLURM_JOB_NODELIST",
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -253,6 +262,7 @@ Test(peers, rank_from_each_launcher)
 		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
 		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
 		{ "PMI_RANK", "PMI_SIZE", "PMI" },
+		{ "RANK", "WORLD_SIZE", "torchrun" },
 	};
 	const char *source;
 	int rank, world;
@@ -260,7 +270,7 @@ Test(peers, rank_from_each_launcher)
 	clear_launchers();
 	cr_assert_eq(ss_launcher_rank(&rank, &world, &source), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->hint, "--rank"));
-	for (int i = 0; i < 3; i++) {
+	for (int i = 0; i < 4; i++) {
 		clear_launchers();
 		setenv(env[i][0], "2", 1);
 		setenv(env[i][1], "4", 1);
@@ -343,4 +353,87 @@ Test(peers, too_many_hosts_name_their_list)
 	cr_assert(strstr(ss_last_error()->what, ":65537"), "%s",
 		  ss_last_error()->what);
 	unlink(path);
+}
+
+/* ss_job_find() of a request, with the launcher's variables @env
+ * ("NAME=value" pairs, NULL-terminated) set and all others cleared. */
+static int find_job(struct ss_job **job, const char *peers, int rank,
+		    const char *const *env)
+{
+	struct ss_job_request req;
+
+	clear_launchers();
+	for (int i = 0; env && env[i]; i++) {
+		char name[64];
+		const char *eq = strchr(env[i], '=');
+
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - env[i]),
+			 env[i]);
+		setenv(name, eq + 1, 1);
+	}
+	ss_job_request_init(&req);
+	req.peers = peers;
+	req.rank = rank;
+	req.port = 7100;
+	return ss_job_find(job, &req);
+}
+
+/*
+ * The job as train finds it, in the library for any program: a list (a
+ * host without a port takes the port), the launcher's rank against its
+ * task count, torchrun's and mpirun's tasks all on this host at
+ * 127.0.0.1:port + r, Slurm's node list, and the refusals, named.
+ */
+Test(peers, a_job_found_as_train_finds_it)
+{
+	static const char *const torchrun[] = { "RANK=1", "WORLD_SIZE=3",
+						"LOCAL_WORLD_SIZE=3", NULL };
+	static const char *const mpirun_two_hosts[] = {
+		"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=4",
+		"OMPI_COMM_WORLD_LOCAL_SIZE=2", NULL
+	};
+	static const char *const srun[] = { "SLURM_PROCID=3", "SLURM_NTASKS=4",
+					    "SLURM_JOB_NODELIST=n[1-2]", NULL };
+	const struct ss_error *e = ss_last_error();
+	struct ss_job *job = NULL;
+
+	cr_assert_eq(find_job(&job, "a:1,b,c:3", 2, NULL), 0);
+	cr_assert_eq(ss_job_world(job), 3);
+	cr_assert_eq(ss_job_rank(job), 2);
+	cr_assert_str_eq(ss_job_addrs_of(job)[1], "b:7100");
+	cr_assert_str_eq(ss_job_source(job), "--rank");
+	ss_job_free(&job);
+	cr_assert_null(job);
+
+	cr_assert_eq(find_job(&job, NULL, -1, torchrun), 0);
+	cr_assert_eq(ss_job_world(job), 3);
+	cr_assert_eq(ss_job_rank(job), 1);
+	cr_assert_str_eq(ss_job_addrs_of(job)[2], "127.0.0.1:7102");
+	cr_assert_str_eq(ss_job_source(job), "torchrun");
+	ss_job_free(&job);
+
+	cr_assert_eq(find_job(&job, NULL, -1, srun), 0);
+	cr_assert_str_eq(ss_job_addrs_of(job)[0], "n1:7100");
+	cr_assert_str_eq(ss_job_addrs_of(job)[3], "n2:7101");
+	cr_assert_eq(ss_job_rank(job), 3);
+	ss_job_free(&job);
+
+	/* no list, and the tasks on two hosts: nothing to go by */
+	cr_assert_eq(find_job(&job, NULL, -1, mpirun_two_hosts), SS_EUSAGE);
+	cr_assert(strstr(e->what, "Open MPI says 4 tasks, the peers are 1"),
+		  "%s", e->what);
+	cr_assert_null(job);
+
+	cr_assert_eq(find_job(&job, "a:1,,c:3", -1, NULL), SS_EUSAGE);
+	cr_assert(strstr(e->what, "--peers entry 2"), "%s", e->what);
+	cr_assert_eq(find_job(&job, "a:1,b:2", 2, NULL), SS_EUSAGE);
+	cr_assert(strstr(e->what, "--rank 2 of 2 peers"), "%s", e->what);
+
+	/* alone: a world of one, rank 0, nobody said so */
+	cr_assert_eq(find_job(&job, NULL, -1, NULL), 0);
+	cr_assert_eq(ss_job_world(job), 1);
+	cr_assert_eq(ss_job_rank(job), 0);
+	cr_assert_null(ss_job_source(job));
+	ss_job_free(&job);
+	clear_launchers();
 }

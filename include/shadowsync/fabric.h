@@ -370,10 +370,65 @@ void ss_strings_free(char ***list, int n);
 /*
  * ss_launcher_rank() - this process's rank and the world size from the
  * launcher's environment: Slurm (SLURM_PROCID, SLURM_NTASKS), Open MPI
- * (OMPI_COMM_WORLD_RANK, _SIZE) or PMI (PMI_RANK, PMI_SIZE); @source names
- * which.  Returns 0, or SS_EUSAGE when none is set or they are malformed.
+ * (OMPI_COMM_WORLD_RANK, _SIZE), PMI (PMI_RANK, PMI_SIZE) or torchrun
+ * (RANK, WORLD_SIZE), the first set in that order; @source names which.
+ * Returns 0, or SS_EUSAGE when none is set or they are malformed.
  */
 int ss_launcher_rank(int *rank, int *world, const char **source);
+
+/*
+ * A job's ranks, found as `shadowsync train` finds them: the addresses
+ * from @peers ("host[:port],..." in rank order; a host without a port
+ * takes @port), else @hostfile (ss_hostfile_read), else Slurm's node list
+ * under srun, else, when the launcher says all its tasks run on this host
+ * (torchrun's LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE),
+ * 127.0.0.1:@port + r, else a world of one; this process's rank from
+ * @rank, else the launcher (ss_launcher_rank), else 0.
+ * Fill with ss_job_request_init() first (base.h, "Option structs").
+ */
+struct ss_job_request {
+	size_t size; /* sizeof the caller's struct, set by the init */
+	const char *peers; /* NULL: none */
+	const char *hostfile; /* NULL: none */
+	int port; /* default 7000 */
+	int rank; /* -1 (default): the launcher's */
+	/* what errors call @peers and @rank; NULL: "--peers", "--rank" */
+	const char *peers_name, *rank_name;
+};
+
+#define ss_job_request_init(req) ss_job_request_init_size((req), sizeof(*(req)))
+void ss_job_request_init_size(struct ss_job_request *req, size_t size);
+
+struct ss_job;
+
+/*
+ * ss_job_find() - the job's addresses and this process's rank, as above.
+ * Returns 0; SS_EUSAGE naming the entry, file line or variable at fault
+ * (an empty entry, a launcher's task count other than the peers', a rank
+ * not among them); -errno reading @hostfile; -EINVAL for @req of a size
+ * this library does not know; -ENOMEM.  Any thread.
+ */
+int ss_job_find(struct ss_job **job, const struct ss_job_request *req);
+
+/* ss_job_free() - release it; clears the pointer.  NULL is fine. */
+void ss_job_free(struct ss_job **job);
+
+/* ss_job_rank(), ss_job_world() - this process's rank, the ranks. */
+int ss_job_rank(const struct ss_job *job);
+int ss_job_world(const struct ss_job *job);
+
+/*
+ * ss_job_addrs_of() - world "host:port" strings, in rank order: what
+ * ss_fabric_options.addrs takes; valid until ss_job_free().
+ */
+const char *const *ss_job_addrs_of(const struct ss_job *job);
+
+/*
+ * ss_job_source() - who gave the rank: @req->rank_name, the launcher's
+ * name ("Slurm", "Open MPI", "PMI", "torchrun"), or NULL (a world of one
+ * or a list without a rank: rank 0).
+ */
+const char *ss_job_source(const struct ss_job *job);
 
 /*
  * Shared memory the shm backend leaves in /dev/shm.  Each rank's objects

@@ -300,6 +300,7 @@ int ss_launcher_rank(int *rank, int *world, const char **source)
 		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
 		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
 		{ "PMI_RANK", "PMI_SIZE", "PMI" },
+		{ "RANK", "WORLD_SIZE", "torchrun" },
 	};
 
 	for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
@@ -326,6 +327,6 @@ int ss_launcher_rank(int *rank, int *world, const char **source)
 	}
 	return ss_error_set(
 		SS_EUSAGE, "no launcher environment",
-		"give --rank, or start under srun, mpirun or a PMI launcher",
+		"give --rank, or start under srun, mpirun, a PMI launcher or torchrun",
 		"rank");
 }

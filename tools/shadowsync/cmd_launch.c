@@ -42,6 +42,7 @@ static void ss_launch_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: shadowsync launch -n N [OPTIONS] -- train [TRAIN OPTIONS]\n"
+		"       shadowsync launch -n N [OPTIONS] -- PROGRAM [ARGS]\n"
 		"       shadowsync launch --peers LIST --rank R [OPTIONS] -- train ...\n"
 		"\n"
 		"Start N ranks of 'shadowsync train' on this machine, connected to each\n"
@@ -50,7 +51,10 @@ static void ss_launch_usage(FILE *out)
 		"stopped and the exit status is 1.  launch gives each rank --rank, --peers\n"
 		"and --transport (train's --rank, --peers, --hostfile, --transport and\n"
 		"--port are refused after --), and a random --job-key unless train's\n"
-		"options or SS_JOB_KEY give one.\n"
+		"options or SS_JOB_KEY give one.  Any other PROGRAM (python3 -m ...,\n"
+		"docs/python.md) gets the same in its environment: SS_RANK, SS_WORLD,\n"
+		"SS_PEERS, SS_TRANSPORT, SS_JOB_KEY (and SS_REJOIN=1, SS_JOB_BEGAN when\n"
+		"started again); a stdout line that begins {\"rank\": is its summary.\n"
 		"\n"
 		"  -n, --ranks N       ranks to start (1 to %d)\n"
 		"  --peers LIST        the addresses of every rank of a job over several\n"
@@ -140,6 +144,48 @@ static bool ss_launch_names(const char *arg, const char *full)
 	return len >= 3 && len <= strlen(full) && !strncmp(arg, full, len);
 }
 
+/*
+ * A program of the user's after -- (not train): one that can be run, found
+ * as execvp() will find it, so that a typo fails here, once, and not as
+ * N ranks' "exec failed".
+ */
+static int ss_launch_check_program(const char *prog)
+{
+	static const char *const ours[] = {
+		"topo", "launch", "doctor", "gen-data", "reshard", "shm-clean"
+	};
+	const char *path = getenv("PATH");
+	char full[4096];
+
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		if (!strcmp(prog, ours[i]))
+			return ss_error_set(
+				SS_EUSAGE,
+				"launch runs 'train' or a program of yours, "
+				"not the other shadowsync commands",
+				"shadowsync launch -n N -- train --data FILE ...",
+				"'%s' after --", prog);
+
+	if (strchr(prog, '/'))
+		return access(prog, X_OK) == 0 ?
+			       0 :
+			       ss_error_set(SS_EUSAGE, strerror(errno),
+					    "give a program to run, or 'train'",
+					    "'%s' after --", prog);
+	for (const char *dir = path ? path : "/usr/bin:/bin"; *dir;) {
+		size_t len = strcspn(dir, ":");
+
+		snprintf(full, sizeof(full), "%.*s/%s", (int)len, dir, prog);
+		if (access(full, X_OK) == 0)
+			return 0;
+		dir += len + (dir[len] == ':');
+	}
+	return ss_error_set(SS_EUSAGE, "no such program on PATH",
+			    "give a program to run (python3 -m ...), or "
+			    "'train'",
+			    "'%s' after --", prog);
+}
+
 /* Options train must not get from the user: launch sets them per rank. */
 static int ss_launch_check_train_args(int argc, char **argv)
 {
@@ -166,10 +212,7 @@ static int ss_launch_check_train_args(int argc, char **argv)
 			"shadowsync launch -n N -- train --data FILE ...",
 			"launch");
 	if (strcmp(argv[0], "train"))
-		return ss_error_set(
-			SS_EUSAGE, "launch runs 'train'",
-			"shadowsync launch -n N -- train --data FILE ...",
-			"'%s' after --", argv[0]);
+		return ss_launch_check_program(argv[0]);
 	for (int i = 1; i < argc; i++)
 		for (int k = 0; owned[k].name; k++) {
 			int len = (int)strcspn(argv[i], "=");
@@ -425,7 +468,40 @@ static void ss_launch_bind(const struct ss_launch *l, int r)
 			r, strerror(errno));
 }
 
-/* The child: becomes `shadowsync train ... --rank r --peers ...`. */
+/*
+ * The child of a program of the user's (not train): the same facts as
+ * train's options, in the environment, which the library's users read
+ * (the Python package: docs/python.md); then the program, on PATH.
+ */
+static void ss_launch_exec_program(const struct ss_launch *l, int r,
+				   const char *peers, const char *rank)
+{
+	char world[16];
+	int ranks = 1;
+
+	for (const char *c = peers; *c; c++)
+		ranks += *c == ',';
+	snprintf(world, sizeof(world), "%d", ranks);
+	setenv("SS_RANK", rank, 1);
+	setenv("SS_WORLD", world, 1);
+	setenv("SS_PEERS", peers, 1);
+	setenv("SS_TRANSPORT", ss_transport_name(l->transport), 1);
+	if (l->job_key[0])
+		setenv("SS_JOB_KEY", l->job_key, 1);
+	if (l->ranks[r].restarts && strchr(peers, ',')) {
+		setenv("SS_REJOIN", "1", 1);
+		setenv("SS_JOB_BEGAN", l->ranks[r].began, 1);
+	}
+	execvp(l->train_argv[0], l->train_argv);
+	fprintf(stderr, "shadowsync launch: exec %s: %s\n", l->train_argv[0],
+		strerror(errno));
+	_exit(127);
+}
+
+/*
+ * The child: becomes `shadowsync train ... --rank r --peers ...`, or the
+ * user's program with the same in its environment.
+ */
 static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 			   int out_fd, int err_fd)
 {
@@ -452,6 +528,8 @@ static void ss_launch_exec(const struct ss_launch *l, int r, const char *peers,
 		setenv("SS_SHM_CLAIM_FD", fd, 1);
 	}
 	snprintf(rank, sizeof(rank), "%ld", l->first_rank + r);
+	if (strcmp(l->train_argv[0], "train"))
+		ss_launch_exec_program(l, r, peers, rank);
 	argv[n++] = "shadowsync";
 	for (int i = 0; i < l->train_argc; i++)
 		argv[n++] = l->train_argv[i];

@@ -349,9 +349,8 @@ out:
 		ss_topo_free(c.train.adagrad_acc, len * sizeof(float));
 	ss_plan_free(&plan);
 	ss_topo_close(&topo);
-	free(c.addrs);
 	free(c.peers);
-	ss_strings_free(&c.owned, c.n_owned);
+	ss_job_free(&c.job);
 	return rc == SS_EUSAGE ? SS_EXIT_USAGE :
 	       rc < 0	       ? SS_EXIT_FAILURE :
 				 SS_EXIT_OK;

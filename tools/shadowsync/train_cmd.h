@@ -49,9 +49,7 @@ struct ss_train_cmd {
 	const char *hostfile;
 	long port;
 	bool rank_given;
-	char **owned; /* addresses from a host file or node list */
-	int n_owned;
-	const char **addrs;
+	struct ss_job *job; /* the ranks' addresses, from ss_job_find() */
 	long threads;
 	bool oversubscribe, foreground, json;
 	long seed, progress;
