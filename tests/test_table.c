@@ -161,12 +161,15 @@ static int ids_of(struct ss_table *t, int owner, uint64_t *ids, int n)
 	return k;
 }
 
-/* Look up @n ids, compare each row with @pushes updates of it. */
+/*
+ * Look up @n ids, compare each row with @pushes updates of it; and again
+ * through ss_table_wait_into(), which copies the same rows out.
+ */
 static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
 		      int pushes)
 {
 	const float *rows[64];
-	float want[WIDTH];
+	float want[WIDTH], copied[64 * WIDTH];
 
 	rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, n), "lookup");
 	rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
@@ -180,6 +183,15 @@ static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
 				     want[j], pushes,
 				     ss_table_owner(t, (int)(ids[i] / ROWS),
 						    (uint32_t)(ids[i] % ROWS)));
+	}
+	rank_fail_if(rank, ss_table_lookup(t, 0, 1, ids, n), "lookup");
+	rank_fail_if(rank, ss_table_wait_into(t, 0, 1, copied), "wait into");
+	for (int i = 0; i < n; i++) {
+		expected(&t->opts, ids[i], pushes, want);
+		rank_fail_if(rank,
+			     memcmp(copied + i * WIDTH, want, sizeof(want)),
+			     "row %llu copied out differs",
+			     (unsigned long long)ids[i]);
 	}
 	return 0;
 }
@@ -552,9 +564,10 @@ static int body_alone(struct ss_table *t, int rank, struct job *job)
 		ss_table_registered_bytes(&t->opts, 1) != st.registered_bytes,
 		"ss_table_registered_bytes %zu, registered %zu",
 		ss_table_registered_bytes(&t->opts, 1), st.registered_bytes);
+	/* check_rows looks each row up twice */
 	rank_fail_if(rank,
 		     st.pushed || st.pushed_local != 20 || st.rows_remote ||
-			     st.rows_local != 20,
+			     st.rows_local != 2 * 20,
 		     "pushed %llu, local %llu, fetched %llu",
 		     (unsigned long long)st.pushed,
 		     (unsigned long long)st.pushed_local,

@@ -203,6 +203,15 @@ int ss_table_wait(struct ss_table *table, int client, int slot,
 		  const float **rows);
 
 /*
+ * ss_table_wait_into() - ss_table_wait(), then the rows copied into @out
+ * (n x width floats, row i at i x width): for a caller that hands the rows
+ * on as one array (the Python package's tensors).  Returns as
+ * ss_table_wait().
+ */
+int ss_table_wait_into(struct ss_table *table, int client, int slot,
+		       float *out);
+
+/*
  * ss_table_push() - queue the gradients of @n distinct rows (@grads: n x
  * width, summed over the batch) for their owners.  Own rows are updated
  * here, at once; the others go to their owners' logs.  When client

@@ -253,6 +253,30 @@ int ss_table_wait(struct ss_table *tb, int client, int slot, const float **rows)
 	return 0;
 }
 
+int ss_table_wait_into(struct ss_table *tb, int client, int slot, float *out)
+{
+	struct ss__table_lookup *l = ss_slot(tb, client, slot);
+	size_t width = (size_t)tb->opts.width;
+	const float **rows;
+	int n, rc;
+
+	if (!l || atomic_load(&l->state) == SS__LOOKUP_FREE)
+		return ss_error_set(-EINVAL, "nothing posted there", NULL,
+				    "table wait on slot %d of client %d", slot,
+				    client);
+	n = l->n;
+	rows = malloc((size_t)(n ? n : 1) * sizeof(*rows));
+	if (!rows)
+		return ss_error_set(-ENOMEM, NULL, NULL,
+				    "table wait on slot %d of client %d", slot,
+				    client);
+	rc = ss_table_wait(tb, client, slot, rows);
+	for (int i = 0; rc == 0 && i < n; i++)
+		memcpy(out + (size_t)i * width, rows[i], width * sizeof(float));
+	free(rows);
+	return rc;
+}
+
 /* A slot whose READs are all posted and completed is done. */
 static void ss_maybe_done(struct ss__table_lookup *l)
 {
