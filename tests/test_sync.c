@@ -1655,3 +1655,48 @@ Test(sync, two_ranks_restarted_at_once_both_rejoin, .timeout = 180)
 {
 	rejoin(4, 1u << 1 | 1u << 3);
 }
+
+/* Right after ss_sync_begin: the replica as it is, no round. */
+static int body_none(struct ss_sync *s, int rank, struct job *job)
+{
+	(void)s;
+	(void)rank;
+	(void)job;
+	return 0;
+}
+
+/*
+ * start_alike: ranks that begin with replicas of their own (a program
+ * that seeds each rank's model differently) all start from rank 0's, as
+ * DistributedDataParallel does, before any round; S-EASGD's center with
+ * them (a round of ranks alike moves nothing).  Without it, each keeps
+ * its own.
+ */
+static void start_alike(enum ss_sync_algo algo, bool alike, int rounds)
+{
+	struct job job = { .world = 3,
+			   .body = rounds ? body_rounds : body_none,
+			   .init = init_distinct,
+			   .rounds = rounds };
+
+	ss_sync_options_init(&job.opts, algo);
+	job.opts.start_alike = alike;
+	run(&job);
+	for (int r = 0; r < job.world; r++)
+		for (int i = 0; i < NPARAMS; i++)
+			if (alike)
+				cr_assert_eq(job.out[r][i], init_distinct(0, i),
+					     "rank %d [%d]: %g, rank 0's %g", r,
+					     i, job.out[r][i],
+					     init_distinct(0, i));
+			else
+				cr_assert_eq(job.out[r][i],
+					     init_distinct(r, i));
+}
+
+Test(sync, start_alike_starts_every_rank_from_rank_0s_replica, .timeout = 180)
+{
+	start_alike(SS_SYNC_MA, true, 0);
+	start_alike(SS_SYNC_MA, false, 0);
+	start_alike(SS_SYNC_EASGD, true, 3);
+}

@@ -115,6 +115,15 @@ struct ss_sync_options {
 	 * wait for the network).
 	 */
 	uint64_t max_gap;
+	/*
+	 * At a fresh start, every rank's replica starts from the lowest
+	 * rank's (READ in ss_sync_begin() between two barriers, while that
+	 * rank's stays still), as PyTorch's DistributedDataParallel starts
+	 * from rank 0's: for programs that initialize their model each
+	 * with its own seed.  false (the default): each starts from its own
+	 * values (the command's ranks make the same model from one seed).
+	 */
+	bool start_alike;
 };
 
 #define SS_SYNC_HIERARCHICAL_FROM 32
@@ -186,7 +195,9 @@ size_t ss_sync_registered_bytes_for(size_t n,
  * ss_shadow_start() or any claim: after connecting and filling the
  * replica, start the S-EASGD center and the S-BMUF global model from the
  * replica, then wait until every rank is here (a barrier, see
- * ss_sync_barrier).
+ * ss_sync_barrier).  With @opts->start_alike, the replica is then
+ * READ from the lowest rank's, and a second barrier waits for every
+ * rank's READ.
  *
  * When a peer has begun already (this process is a restarted rank, or a
  * late one) it joins instead: it asks the running ranks to let it in,

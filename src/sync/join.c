@@ -219,6 +219,42 @@ err:
 	return 0;
 }
 
+/*
+ * A fresh start with opts.start_alike: our replica READ from the lowest
+ * member's, which holds still (that rank is inside ss_sync_begin, between
+ * the first barrier and the second, which waits for our READ), and the
+ * S-EASGD center and S-BMUF state restarted from it.
+ */
+static int ss_sync_start_alike(struct ss_sync *s)
+{
+	uint64_t deadline = ss_deadline_ns(4 * s->timeout_ms + 5000);
+	int low = s->rank;
+
+	for (int p = 0; p < s->rank; p++)
+		if (s->member_index[p] >= 0) {
+			low = p;
+			break;
+		}
+	if (low != s->rank) {
+		s->reads_ok[low] = false;
+		if (ss__post_read(s, low, SS_R_PARAMS, 0, SS_R_PARAMS, 0,
+				  s->n * sizeof(float)) == 0)
+			ss__wait_sends(s, deadline);
+		if (!s->reads_ok[low])
+			return ss_error_set(
+				-ETIMEDOUT, "its replica did not arrive",
+				"see that rank's own messages; start the job "
+				"again",
+				"sync: rank %d starting from rank %d's %zu "
+				"floats",
+				s->rank, low, s->n);
+		ss__state_from_replica(s);
+		ss_log_info("sync: rank %d starts from rank %d's replica",
+			    s->rank, low);
+	}
+	return ss__barrier(s);
+}
+
 int ss_sync_begin(struct ss_sync *s)
 {
 	int h, rc;
@@ -233,6 +269,8 @@ int ss_sync_begin(struct ss_sync *s)
 	/* After this barrier every rank's center is in place. */
 	pthread_mutex_lock(&s->fabric_lock);
 	rc = h < 0 ? ss__barrier(s) : ss_sync_join(s, h);
+	if (rc == 0 && h < 0 && s->opts.start_alike)
+		rc = ss_sync_start_alike(s);
 	pthread_mutex_unlock(&s->fabric_lock);
 	if (rc == 0)
 		s->state->began = htobe32(SS_STATE_BEGAN);
