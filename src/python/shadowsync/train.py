@@ -1,0 +1,102 @@
+# SPDX-License-Identifier: BSD-2-Clause
+"""The train layer (train.h), as far as a model of the user's needs it:
+the Criteo reader of the C trainer (log1p dense features, hex
+categoricals, bad lines named by file and line), its hashing of the
+categoricals into table rows, and its held-out metrics (NE, AUC,
+calibration).  So a PyTorch model trains on exactly the examples and rows
+that `shadowsync train` would.
+"""
+import ctypes
+import os
+
+import numpy as np
+
+from . import _lib
+from .base import check
+
+DENSE, SPARSE = _lib.DENSE, _lib.SPARSE
+
+
+class Examples:
+    """A block of examples: .labels (n,), .dense (n, 13) float32 (log1p),
+    .sparse (n, 26) uint32 (the hex values, 0 when empty)."""
+
+    def __init__(self, labels, dense, sparse):
+        self.labels, self.dense, self.sparse = labels, dense, sparse
+
+    def __len__(self):
+        return len(self.labels)
+
+    def rows(self, hash_size):
+        """Each categorical value's row in its feature's table of
+        @hash_size rows, as the C model hashes it: (n, 26) int64."""
+        cfg = _lib.ModelConfig()
+        _lib.model_config_init(ctypes.byref(cfg))
+        cfg.hash_size = hash_size
+        n = len(self)
+        ex = self._structs()
+        ids = np.empty((n, SPARSE), dtype=np.uint64)
+        _lib.model_batch_rows(ctypes.byref(cfg), ex, n,
+                              ids.ctypes.data_as(
+                                  ctypes.POINTER(ctypes.c_uint64)))
+        return (ids - np.arange(SPARSE, dtype=np.uint64) * hash_size).astype(
+            np.int64)
+
+    def _structs(self):
+        n = len(self)
+        arr = (_lib.Example * n)()
+        view = np.frombuffer(arr, dtype=np.dtype(
+            [("label", np.float32), ("dense", np.float32, DENSE),
+             ("sparse", np.uint32, SPARSE)]))
+        view["label"], view["dense"], view["sparse"] = (self.labels,
+                                                        self.dense,
+                                                        self.sparse)
+        return arr
+
+
+def read(path, rank=0, world=1, limit=0, block=8192):
+    """The examples of @path whose lines start in rank @rank's 1/@world of
+    its bytes (the C trainer's static split: every line read by exactly
+    one rank), at most @limit (0: all).  A malformed line is an error
+    naming the file and the line."""
+    size = os.path.getsize(path)
+    begin, end = size * rank // world, size * (rank + 1) // world
+    reader = ctypes.c_void_p()
+    check(_lib.reader_open(ctypes.byref(reader), path.encode(), begin, end,
+                           _lib.BAD_LINES_FAIL))
+    dt = np.dtype([("label", np.float32), ("dense", np.float32, DENSE),
+                   ("sparse", np.uint32, SPARSE)])
+    parts, count = [], 0
+    try:
+        buf = (_lib.Example * block)()
+        view = np.frombuffer(buf, dtype=dt)
+        while True:
+            n = 0
+            while n < block and (not limit or count + n < limit):
+                rc = check(_lib.reader_next(reader, ctypes.byref(buf[n])))
+                if rc == 0:
+                    break
+                n += 1
+            if n:
+                parts.append(view[:n].copy())
+                count += n
+            if n < block or (limit and count >= limit):
+                break
+    finally:
+        _lib.reader_close(ctypes.byref(reader))
+    allx = np.concatenate(parts) if parts else np.empty(0, dtype=dt)
+    return Examples(np.ascontiguousarray(allx["label"]),
+                    np.ascontiguousarray(allx["dense"]),
+                    np.ascontiguousarray(allx["sparse"]))
+
+
+def metrics(p, y):
+    """Log loss, NE, AUC, calibration and click rate of predictions @p
+    against labels @y, as the C trainer reports them (a dict)."""
+    p = np.ascontiguousarray(p, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.float32)
+    m = _lib.Metrics()
+    check(_lib.metrics_compute(p.ctypes.data_as(ctypes.POINTER(
+        ctypes.c_float)), y.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+        len(p), ctypes.byref(m)))
+    return {name: getattr(m, name) for name, _ in m._fields_}
