@@ -71,6 +71,10 @@ SIM_TESTS := tests/sim/messages tests/sim/node-lost tests/sim/stragglers
 # The K-logical-node trainer of perf/quality-scale against the trainer
 PERF_TESTS := tests/perf/quality-k
 
+# The Python package's tests (pytest, against build/lib and build/bin):
+# over shm here, and those marked verbs in the soft-RoCE guest
+PYTHON_TESTS := tests/python/run
+
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads
 TSAN_BINS := $(THREADED_TESTS:%=$(O)/tsan/%)
@@ -198,13 +202,15 @@ check: deps
 test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label python $(PYTHON_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run \
 		--label launchers --scripts $(LAUNCHER_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_SIM=$(SIM) tests/run \
 		--label sim --scripts $(SIM_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) SS_QK=$(O)/perf/quality-k \
 		tests/run --label perf --scripts $(PERF_TESTS)
-	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%) \
+		$(PYTHON_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
 	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run --cluster 3 $(CLUSTER3_TESTS)
@@ -265,6 +271,13 @@ demo-rxe: deps
 
 # ---- install --------------------------------------------------------------
 
+# The Python package goes where Debian's python3 looks for packages of a
+# prefix (/usr/local/lib/python3.11/dist-packages for /usr/local, on
+# Debian 12); it finds the library two folders up, in PREFIX/lib.
+PYTHON_VERSION := $(shell /usr/bin/python3 -c 'import sys; \
+	print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
+PYTHON_DIR ?= $(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages
+
 # The .pc file is written at install time: it holds PREFIX.
 install: lib command
 	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig \
@@ -282,9 +295,13 @@ install: lib command
 		-e 's|@BLIS_LIB@|$(BLIS_LIB)|' \
 		shadowsync.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc
 	install -m 755 $(COMMAND) $(DESTDIR)$(PREFIX)/bin/
+	install -d $(DESTDIR)$(PYTHON_DIR)/shadowsync/examples
+	install -m 644 src/python/shadowsync/*.py $(DESTDIR)$(PYTHON_DIR)/shadowsync/
+	install -m 644 src/python/shadowsync/examples/*.py \
+		$(DESTDIR)$(PYTHON_DIR)/shadowsync/examples/
 
 uninstall:
-	rm -rf $(DESTDIR)$(PREFIX)/include/shadowsync
+	rm -rf $(DESTDIR)$(PREFIX)/include/shadowsync $(DESTDIR)$(PYTHON_DIR)/shadowsync
 	rm -f $(DESTDIR)$(PREFIX)/lib/libshadowsync.* \
 		$(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc \
 		$(DESTDIR)$(PREFIX)/bin/shadowsync
@@ -292,7 +309,7 @@ uninstall:
 # ---- housekeeping ---------------------------------------------------------
 
 FORMAT_FILES = $(wildcard include/shadowsync/*.h src/*/*.[ch] \
-	tools/shadowsync/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] perf/*.[ch] perf/sim/*.[ch])
+	tools/shadowsync/*.[ch] tools/examples/*.[ch] tests/*.[ch] tests/fuzz/*.[ch] perf/*.[ch] perf/sim/*.[ch])
 
 format:
 	clang-format -i $(FORMAT_FILES)

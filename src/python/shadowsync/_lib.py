@@ -3,8 +3,9 @@
 
 The library is found, in this order: $SHADOWSYNC_LIB (a path to the .so);
 the build/ folder of the checkout this package sits in
-(src/python/shadowsync -> build/lib/libshadowsync.so); the system's
-(libshadowsync.so.0, where `make install` put it).  The structs below
+(src/python/shadowsync -> build/lib/libshadowsync.so); the one `make
+install` put beside it (PREFIX/lib/python3/dist-packages/shadowsync ->
+PREFIX/lib/libshadowsync.so.0); the system's.  The structs below
 mirror include/shadowsync/*.h field for field; tests/python/test_layout.py
 holds them to the C compiler's sizes and offsets.  Calls go through
 ctypes.CDLL, which releases the GIL for the call: a rank waiting in the
@@ -23,10 +24,15 @@ def _candidates():
     env = os.environ.get("SHADOWSYNC_LIB")
     if env:
         return [env]
-    checkout = os.path.normpath(os.path.join(_HERE, "..", "..", "..", "build",
-                                             "lib", "libshadowsync.so"))
+    up = os.path.join(_HERE, "..", "..", "..")
+    # a checkout: src/python/shadowsync -> build/lib
+    checkout = os.path.normpath(os.path.join(up, "build", "lib",
+                                             "libshadowsync.so"))
+    # installed: PREFIX/lib/python3/dist-packages/shadowsync -> PREFIX/lib
+    installed = os.path.normpath(os.path.join(up, "libshadowsync.so.0"))
     found = ctypes.util.find_library("shadowsync")
-    return [checkout, "libshadowsync.so.0"] + ([found] if found else [])
+    return [checkout, installed, "libshadowsync.so.0"] + (
+        [found] if found else [])
 
 
 def _load():

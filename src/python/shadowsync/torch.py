@@ -263,8 +263,8 @@ class _Bags(torch.nn.Module):
                            job=job, timeout_ms=timeout_ms)
         _open_bags.add(self)
         self.job = self.table.job
-        self._slot = 0
-        self._ahead = None  # (values, offsets, ids, inverse, slot)
+        self._free = list(range(self.table.depth))  # lookup slots
+        self._ahead = []  # prefetched: (values, offsets, ids, inverse, slot)
         self.wait_seconds = 0.0
 
     def _distinct(self, values, feature_of):
@@ -280,33 +280,50 @@ class _Bags(torch.nn.Module):
         return ids, inverse
 
     def _post(self, ids):
-        slot = self._slot
-        self._slot = (self._slot + 1) % self.table.depth
+        """Post the lookup of @ids into a free slot (the oldest prefetch's,
+        unused, when none is free); returns the slot."""
+        if not self._free:
+            self._drop(self._ahead.pop(0))
+        slot = self._free.pop(0)
         self.table.lookup(ids.numpy().astype("uint64"), slot)
         return slot
 
+    def _wait(self, slot):
+        t0 = time.perf_counter()
+        rows = self.table.wait(slot)
+        self.wait_seconds += time.perf_counter() - t0
+        self._free.append(slot)
+        return rows
+
+    def _drop(self, ahead):
+        """A prefetch no forward took: waited for, its slot freed."""
+        self.table.wait(ahead[4])
+        self._free.append(ahead[4])
+
     def _prefetch(self, values, feature_of, offsets):
-        if self._ahead is not None:  # one ahead at most: the older goes
-            self.table.wait(self._ahead[4])
         ids, inverse = self._distinct(values, feature_of)
-        self._ahead = (values.clone(), offsets.clone(), ids, inverse,
-                       self._post(ids))
+        slot = self._post(ids)
+        self._ahead.append((values.clone(), offsets.clone(), ids, inverse,
+                            slot))
 
     def _pool(self, values, feature_of, offsets):
-        """The bags' pooled rows; their gradients, summed per row by
-        autograd, pushed to the owners from the backward pass."""
-        ahead, self._ahead = self._ahead, None
-        if (ahead is not None and torch.equal(ahead[0], values)
-                and torch.equal(ahead[1], offsets)):
-            ids, inverse, slot = ahead[2], ahead[3], ahead[4]
+        """The bags' pooled rows (prefetched, or looked up now); their
+        gradients, summed per row by autograd, pushed to the owners from
+        the backward pass."""
+        hit = None
+        for k, a in enumerate(self._ahead):
+            if torch.equal(a[0], values) and torch.equal(a[1], offsets):
+                hit = k
+                break
+        if hit is not None:
+            for stale in self._ahead[:hit]:  # prefetched, never used
+                self._drop(stale)
+            ids, inverse, slot = self._ahead[hit][2:]
+            del self._ahead[:hit + 1]
         else:
-            if ahead is not None:  # prefetched for another batch
-                self.table.wait(ahead[4])
             ids, inverse = self._distinct(values, feature_of)
             slot = self._post(ids)
-        t0 = time.perf_counter()
-        rows = torch.from_numpy(self.table.wait(slot))
-        self.wait_seconds += time.perf_counter() - t0
+        rows = torch.from_numpy(self._wait(slot))
         if torch.is_grad_enabled() and self.training:
             rows.requires_grad_(True)
             table, keep = self.table, ids.numpy().astype("uint64")

@@ -109,7 +109,10 @@ def batches(ex, rows, batch):
                torch.from_numpy(ex.labels[s:s + batch]))
 
 
-def evaluate(model, ex, rows, batch=4096):
+EVAL_BATCH = 1024
+
+
+def evaluate(model, ex, rows, batch=EVAL_BATCH):
     model.eval()
     out = []
     with torch.no_grad():
@@ -169,7 +172,7 @@ def main(argv=None):
     rows = ex.rows(a.hash_size)
     bags = sst.ShardedEmbeddingBagCollection(
         [a.hash_size] * SPARSE, a.emb_dim, optimizer="adagrad", lr=a.lr,
-        eps=1e-8, job=job, max_ids=SPARSE * a.batch)
+        eps=1e-8, job=job, max_ids=SPARSE * max(a.batch, EVAL_BATCH))
     model = DLRM(bags, a.emb_dim, bottom, top)
     replica = sst.Replica(model, algo=a.sync, mode=a.mode,
                           sync_every=a.sync_every, job=job,
