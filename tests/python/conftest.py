@@ -48,22 +48,23 @@ def pytest_runtest_logreport(report):
     out = sys.__stdout__
     if report.when == "call" and report.passed:
         _tally["passed"] += 1
-        print(f"[PASS] {name}: ({report.duration:.2f}s)", file=out)
+        print(f"\n[PASS] {name}: ({report.duration:.2f}s)", file=out)
     elif report.failed:
         _tally["failed"] += 1
-        for line in report.longreprtext.splitlines()[-60:]:
+        print("", file=out)
+        for line in report.longreprtext.splitlines()[-30:]:
             print(f"[----] {line}", file=out)
         print(f"[FAIL] {name}: ({report.duration:.2f}s)", file=out)
     elif report.skipped and report.when in ("setup", "call"):
         reason = report.longrepr[2] if isinstance(report.longrepr,
                                                   tuple) else ""
-        print(f"[SKIP] {name}: {reason}", file=out)
+        print(f"\n[SKIP] {name}: {reason}", file=out)
     out.flush()
 
 
 def pytest_sessionfinish(session):
     if os.environ.get("SS_TEST_TALLY_FORMAT"):
-        print(f"pytest: {_tally['passed']} passed, {_tally['failed']} "
+        print(f"\npytest: {_tally['passed']} passed, {_tally['failed']} "
               "failed", file=sys.__stdout__, flush=True)
 
 

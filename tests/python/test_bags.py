@@ -81,7 +81,6 @@ def test_a_collection_pools_each_feature_from_its_own_table(no_shm_left):
     ebc.finish()
 
 
-@pytest.mark.verbs
 @pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
 def test_two_ranks_where_only_one_trains_give_what_one_rank_gives(
         optimizer, no_shm_left):

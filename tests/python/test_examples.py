@@ -31,7 +31,6 @@ def env():
     return e
 
 
-@pytest.mark.verbs
 def test_dlrm_trains_under_launch_and_prints_the_jobs_json(data):
     host = ["--host", os.environ["SS_RXE_ADDR"]] \
         if TRANSPORT == "verbs" else []

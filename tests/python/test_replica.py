@@ -3,10 +3,9 @@
 kept in sync by the library's rounds."""
 import numpy as np
 import pytest
-from conftest import run_ranks
+from conftest import TRANSPORT, run_ranks
 
 
-@pytest.mark.verbs
 @pytest.mark.parametrize("world", [2, 3])
 def test_ma_ends_with_the_exact_mean_after_a_round(world, no_shm_left):
     n = 1000
@@ -21,7 +20,40 @@ def test_ma_ends_with_the_exact_mean_after_a_round(world, no_shm_left):
                                    err_msg=f"rank {r}")
 
 
+def easgd_levels_hold(world, values, label):
+    """@values, a rank's replica after S-EASGD rounds with no training
+    from replicas r + 1: each shard at its owner's level."""
+    total = sum(r + 1 for r in range(world))
+    levels = [(total + o + 1) / (world + 1) for o in range(world)]
+    got = np.array(values)
+    owners = [int(np.argmin([abs(v - lv) for lv in levels])) for v in got]
+    assert owners == sorted(owners), f"{label}: shards out of order"
+    assert set(owners) == set(range(world)), f"{label}: {set(owners)}"
+    want = np.array([levels[o] for o in owners])
+    np.testing.assert_allclose(got, want, atol=1e-5,
+                               err_msg=f"{label}: mass not conserved")
+
+
 @pytest.mark.verbs
+def test_sync_and_tables_over_the_transport(no_shm_left):
+    """What crosses the fabric, over verbs in the guest (shm here), with
+    NumPy only: the S-MA mean, S-EASGD's conservation, rows pushed to
+    their owners and read back by both ranks."""
+    n = 999
+    ranks = run_ranks(2, "verbs_core", n, timeout=600)
+    assert ranks.code == [0, 0], ranks.text()
+    want = np.mean([r + np.arange(n, dtype=np.float32) / np.float32(n)
+                    for r in range(2)], axis=0)
+    want = np.concatenate([want[:8], want[-8:]])
+    for r, j in enumerate(ranks.json):
+        assert j["transport"] == TRANSPORT, j
+        np.testing.assert_allclose(j["ma"], want, rtol=1e-6, atol=1e-6)
+        easgd_levels_hold(2, j["easgd"], f"rank {r}")
+        assert j["table_worst"] < 1e-6, j
+        assert j["owners"] == [0, 1], j  # both ranks own pushed rows
+    assert ranks.json[1]["rows_remote"] > 0
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_easgd_conserves_replicas_and_center(world, no_shm_left):
     """Rank r holds r + 1 everywhere, and each shard of the center starts
@@ -31,20 +63,10 @@ def test_easgd_conserves_replicas_and_center(world, no_shm_left):
     n = 999
     ranks = run_ranks(world, "easgd_consensus", n, 300)
     assert ranks.code == [0] * world, ranks.text()
-    total = sum(r + 1 for r in range(world))
-    levels = [(total + o + 1) / (world + 1) for o in range(world)]
     for r in range(world):
-        got = np.array(ranks.json[r]["values"])
-        # the shards in rank order: each value one owner's level
-        owners = [int(np.argmin([abs(v - lv) for lv in levels])) for v in got]
-        assert owners == sorted(owners), f"rank {r}: shards out of order"
-        assert set(owners) == set(range(world)), f"rank {r}: {set(owners)}"
-        want = np.array([levels[o] for o in owners])
-        np.testing.assert_allclose(got, want, atol=1e-5,
-                                   err_msg=f"rank {r}: mass not conserved")
+        easgd_levels_hold(world, ranks.json[r]["values"], f"rank {r}")
 
 
-@pytest.mark.verbs
 def test_parameters_are_views_and_a_step_is_seen_by_the_rounds(no_shm_left):
     ranks = run_ranks(2, "views_and_a_step", 0.5)
     assert ranks.code == [0, 0], ranks.text()
