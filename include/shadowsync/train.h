@@ -400,6 +400,35 @@ int ss_train(const struct ss_model_config *config, float *params,
 	     const struct ss_train_options *opts,
 	     struct ss_train_result *result);
 
+/*
+ * The data by chunks: chunk numbers from the job's counter at rank 0
+ * (ss_sync_claim: a rank that trains faster takes more), or from a local
+ * counter without a sync (@sync NULL: one rank's trainers), mapped to
+ * byte ranges of a file, epoch after epoch.  ss_chunks_next() is what
+ * ss_train_options.next_range takes; a program of the user's calls it
+ * for the next range to read (ss_reader_open).
+ */
+struct ss_chunks {
+	struct ss_sync *sync; /* NULL: the local counter */
+	uint64_t next; /* the local counter */
+	uint64_t size, chunk, per_epoch, total; /* set by ss_chunks_plan() */
+};
+
+/*
+ * ss_chunks_plan() - the chunks of a file of @size bytes: @chunk_size
+ * bytes each (<= 0: about 64 a rank of @world, 64 KiB to 64 MiB), for
+ * @epochs passes.  Leaves @k->sync and @k->next as they are.
+ */
+void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
+		    long chunk_size, int epochs);
+
+/*
+ * ss_chunks_next() - the next chunk's bytes [*@begin, *@end) of @ctx (a
+ * struct ss_chunks): 1, 0 once every chunk of every epoch is taken, or
+ * what ss_sync_claim() returns.  Thread-safe.
+ */
+int ss_chunks_next(void *ctx, uint64_t *begin, uint64_t *end);
+
 /* Metrics over predictions p (probabilities) and labels y. */
 struct ss_metrics {
 	uint64_t count;

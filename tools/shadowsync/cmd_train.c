@@ -244,7 +244,7 @@ int ss_cmd_train(int argc, char **argv)
 		ss_chunks_plan(&chunks, (uint64_t)st.st_size, c.fabric.world,
 			       c.chunk_size, c.train.epochs);
 		chunks.sync = sync;
-		c.train.next_range = ss_train_next_chunk;
+		c.train.next_range = ss_chunks_next;
 		c.train.range_ctx = &chunks;
 		ss_log_info("data: %" PRIu64 " chunks of %" PRIu64
 			    " bytes, claimed as the ranks go",

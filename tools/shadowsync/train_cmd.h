@@ -72,17 +72,6 @@ struct ss_train_cmd {
 	struct ss_metrics_file mfile;
 };
 
-/*
- * Data by chunks: chunk numbers from the job's counter at rank 0 (a local
- * one without a sync engine, for a single rank's trainers), mapped to
- * byte ranges of the file, epoch after epoch.
- */
-struct ss_chunks {
-	struct ss_sync *sync;
-	uint64_t next; /* the local counter */
-	uint64_t size, chunk, per_epoch, total;
-};
-
 struct ss_progress {
 	struct ss_train_cmd *c;
 	struct ss_sync *sync;
@@ -187,13 +176,6 @@ int ss_train_save(const struct ss_train_cmd *c, const float *params,
 /* The progress thread: lines every --progress s, saves every --save-every. */
 void *ss_progress_main(void *arg);
 void ss_progress_stop(struct ss_progress *p, pthread_t thread, bool *started);
-
-/* ss_train_next_chunk() - ss_train_options.next_range over struct ss_chunks. */
-int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end);
-
-/* ss_chunks_plan() - the chunks of a file of @size bytes among @world ranks. */
-void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
-		    long chunk_size, int epochs);
 
 /*
  * ss_evaluate() - NE, AUC and calibration of @params on the file @path;

@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
- * shadowsync train: the data by chunks (--data-split dynamic).
+ * The data by chunks (train --data-split dynamic, and any program of the
+ * user's): chunk numbers from the job's counter at rank 0
+ * (ss_sync_claim), mapped to byte ranges of the file, epoch after epoch,
+ * so that a rank that trains faster takes more of them.
  */
-#include <errno.h>
-#include <inttypes.h>
-#include <stdlib.h>
-#include <string.h>
+#include "shadowsync/sync.h"
+#include "shadowsync/train.h"
 
-#include "train_cmd.h"
-
-int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end)
+int ss_chunks_next(void *ctx, uint64_t *begin, uint64_t *end)
 {
 	struct ss_chunks *k = ctx;
 	uint64_t n;
@@ -29,7 +28,6 @@ int ss_train_next_chunk(void *ctx, uint64_t *begin, uint64_t *end)
 	return 1;
 }
 
-/* The chunks of a file of @size bytes among @world ranks. */
 void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
 		    long chunk_size, int epochs)
 {
