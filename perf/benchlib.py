@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """What the benchmarks beside PyTorch share (perf/vs-torch, perf/hogwild):
 messages, running a command for its JSON line, the lock that keeps other
-benchmarks off the cores, and finding Debian's PyTorch.  Plain Python 3,
+benchmarks off the cores, finding Debian's PyTorch, and a cgroup that
+holds one process to a share of a CPU (a straggler made for real).  Plain Python 3,
 no third-party modules."""
 
 import argparse
@@ -106,3 +107,70 @@ def check_binary(path):
         fail(f"--bin '{path}': no such executable",
              "build it: make -j2 command (or make O=DIR and --bin "
              "DIR/bin/shadowsync)", 2)
+
+
+class CpuLimit:
+    """A cgroup holding at most @pct % of one CPU, for one process."""
+
+    def __init__(self, pct):
+        self.pct, self.path, self.procs = pct, None, None
+
+    def __enter__(self):
+        name = f"ss-straggler-{os.getpid()}"
+        period = 100000
+        quota = max(1000, int(period * self.pct / 100))
+        v2 = "/sys/fs/cgroup/cgroup.controllers"
+        try:
+            if os.path.exists(v2):
+                with open(v2) as f:
+                    if "cpu" not in f.read().split():
+                        raise OSError("cgroup v2 has no cpu controller")
+                with open("/sys/fs/cgroup/cgroup.subtree_control", "w") as f:
+                    f.write("+cpu")
+                self.path = f"/sys/fs/cgroup/{name}"
+                os.mkdir(self.path)
+                with open(f"{self.path}/cpu.max", "w") as f:
+                    f.write(f"{quota} {period}")
+            else:
+                self.path = f"/sys/fs/cgroup/cpu/{name}"
+                os.mkdir(self.path)
+                with open(f"{self.path}/cpu.cfs_period_us", "w") as f:
+                    f.write(str(period))
+                with open(f"{self.path}/cpu.cfs_quota_us", "w") as f:
+                    f.write(str(quota))
+        except OSError as e:
+            self.__exit__()
+            fail(f"cannot make a cgroup limited to {self.pct} % of a CPU: {e}",
+                 "run as root on a machine whose cgroups have the cpu "
+                 "controller (cgroup v2 cpu.max or v1 cpu.cfs_quota_us)")
+        self.procs = f"{self.path}/cgroup.procs"
+        return self
+
+    def enter(self):
+        """In the child, before exec: move this process into the cgroup."""
+        self.add(os.getpid())
+
+    def add(self, pid):
+        """Move process @pid and every descendant of it into the cgroup
+        (a process started at full speed, held once it trains)."""
+        pids, i = [pid], 0
+        while i < len(pids):
+            try:
+                with open(f"/proc/{pids[i]}/task/{pids[i]}/children") as f:
+                    pids += [int(c) for c in f.read().split()]
+            except OSError:
+                pass
+            i += 1
+        for p in pids:
+            try:
+                with open(self.procs, "w") as f:
+                    f.write(str(p))
+            except OSError:
+                pass  # it ended meanwhile
+
+    def __exit__(self, *exc):
+        if self.path and os.path.isdir(self.path):
+            try:
+                os.rmdir(self.path)
+            except OSError:
+                pass

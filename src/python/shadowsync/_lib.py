@@ -159,6 +159,12 @@ class ModelConfig(ctypes.Structure):
                 ("n_top", c_int), ("hash_size", c_uint32)]
 
 
+class Chunks(ctypes.Structure):
+    _fields_ = [("sync", c_void_p), ("next", c_uint64), ("size", c_uint64),
+                ("chunk", c_uint64), ("per_epoch", c_uint64),
+                ("total", c_uint64)]
+
+
 class Metrics(ctypes.Structure):
     _fields_ = [("count", c_uint64), ("log_loss", c_double),
                 ("ne", c_double), ("auc", c_double),
@@ -224,6 +230,7 @@ _PROTOS = [
     ("ss_sync_add_iterations", None, P, c_uint64),
     ("ss_sync_get_stats", None, P, POINTER(SyncStats)),
     ("ss_sync_peer_left_out", c_uint64, P, c_int),
+    ("ss_sync_claim", c_int, P, POINTER(c_uint64)),
     # table
     ("ss_table_options_init_size", None, POINTER(TableOptions), c_size_t),
     ("ss_table_addrs", c_int, POINTER(c_char_p), c_int, c_void_p,
@@ -248,6 +255,10 @@ _PROTOS = [
     ("ss_model_config_init", None, POINTER(ModelConfig)),
     ("ss_model_batch_rows", None, POINTER(ModelConfig), POINTER(Example),
      c_int, POINTER(c_uint64)),
+    ("ss_chunks_plan", None, POINTER(Chunks), c_uint64, c_int, ctypes.c_long,
+     c_int),
+    ("ss_chunks_next", c_int, POINTER(Chunks), POINTER(c_uint64),
+     POINTER(c_uint64)),
     ("ss_metrics_compute", c_int, POINTER(c_float), POINTER(c_float),
      c_size_t, POINTER(Metrics)),
     ("ss_blas_check", c_int),

@@ -158,6 +158,15 @@ class Sync:
         """Report @k training steps done (the sync gap's unit)."""
         _lib.sync_add_iterations(self._owner.sync, k)
 
+    def claim(self):
+        """The next chunk number of the job's data, from the counter at
+        rank 0 (each number to exactly one rank; a faster rank gets
+        more); after begin()."""
+        self._alive()
+        n = ctypes.c_uint64()
+        check(_lib.sync_claim(self._owner.sync, ctypes.byref(n)))
+        return n.value
+
     def barrier(self):
         self.begin()
         check(_lib.sync_barrier(self._owner.sync))

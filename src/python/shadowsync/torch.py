@@ -128,6 +128,12 @@ class Replica:
         self.finished = False
 
     @property
+    def sync(self):
+        """The shadowsync.sync.Sync underneath: claim() for the job's data
+        chunks (train.chunks), round(), barrier()."""
+        return self._sync
+
+    @property
     def world(self):
         return self.job.world
 

@@ -60,7 +60,29 @@ def read(path, rank=0, world=1, limit=0, block=8192):
     one rank), at most @limit (0: all).  A malformed line is an error
     naming the file and the line."""
     size = os.path.getsize(path)
-    begin, end = size * rank // world, size * (rank + 1) // world
+    return read_range(path, size * rank // world, size * (rank + 1) // world,
+                      limit, block)
+
+
+def chunks(path, sync=None, world=1, epochs=1, chunk_size=0):
+    """The C trainer's dynamic split (ss_chunks_plan, ss_chunks_next):
+    Examples of one chunk of @path after another, the chunk numbers
+    claimed from the job's counter at rank 0 through @sync (a
+    sync.Sync, begun; None: this process alone), so that a rank that
+    trains faster takes more of the data."""
+    k = _lib.Chunks()
+    if sync is not None:
+        k.sync = sync.handle
+    _lib.chunks_plan(ctypes.byref(k), os.path.getsize(path), world,
+                     chunk_size, epochs)
+    begin, end = ctypes.c_uint64(), ctypes.c_uint64()
+    while check(_lib.chunks_next(ctypes.byref(k), ctypes.byref(begin),
+                                 ctypes.byref(end))):
+        yield read_range(path, begin.value, end.value)
+
+
+def read_range(path, begin, end, limit=0, block=8192):
+    """The examples whose lines start in bytes [@begin, @end) of @path."""
     reader = ctypes.c_void_p()
     check(_lib.reader_open(ctypes.byref(reader), path.encode(), begin, end,
                            _lib.BAD_LINES_FAIL))

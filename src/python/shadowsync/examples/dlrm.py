@@ -11,7 +11,9 @@ The model and the data are the C trainer's default (`shadowsync train`):
 hex categoricals hashed into tables of 100000 rows of 16, the pairwise
 dot products of the 27 vectors, a top MLP 367-512-256-1, Adagrad at
 0.01; the same reader, hashing and metrics (the library's).  Each rank
-trains on its 1/N of the file's bytes.  The last stdout line is a JSON
+claims chunks of the file from the job's counter as `train --data-split
+dynamic` does (a faster rank takes more), or with --data-split static
+trains on its 1/N of the bytes.  The last stdout line is a JSON
 object: this rank's figures, as `shadowsync train --json` gives them
 (launch combines the ranks': the job's examples over the slowest rank's
 seconds, the worst rank's NE).
@@ -139,6 +141,10 @@ def parse(argv):
     p.add_argument("--hash-size", type=int, default=100000,
                    help="rows a table (100000)")
     p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--data-split", choices=["dynamic", "static"],
+                   help="dynamic (default with several ranks): ranks claim "
+                   "chunks of the file as train does, a faster one more; "
+                   "static: each its 1/N of the bytes")
     p.add_argument("--sync", default="ma",
                    choices=["ma", "easgd", "bmuf", "gossip"])
     p.add_argument("--mode", default="shadow",
@@ -168,8 +174,7 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     job = sst.job()
     bottom, top = sizes(a.bottom, "--bottom"), sizes(a.top, "--top")
-    ex = train.read(a.data, job.rank, job.world)
-    rows = ex.rows(a.hash_size)
+    split = a.data_split or ("dynamic" if job.world > 1 else "static")
     bags = sst.ShardedEmbeddingBagCollection(
         [a.hash_size] * SPARSE, a.emb_dim, optimizer="adagrad", lr=a.lr,
         eps=1e-8, job=job, max_ids=SPARSE * max(a.batch, EVAL_BATCH))
@@ -183,8 +188,15 @@ def main(argv=None):
     loss_fn = nn.BCEWithLogitsLoss()
     done, loss_sum, t0 = 0, 0.0, time.perf_counter()
     last = t0
-    for _ in range(a.epochs):
-        it = batches(ex, rows, a.batch)
+    print(f"rank {job.rank}: training ({split} split)", file=sys.stderr,
+          flush=True)
+    if split == "static":
+        mine = train.read(a.data, job.rank, job.world)
+        parts = (mine for _ in range(a.epochs))
+    else:  # chunk numbers from rank 0's counter, as train's
+        parts = train.chunks(a.data, replica.sync, job.world, a.epochs)
+    for ex in parts:
+        it = batches(ex, ex.rows(a.hash_size), a.batch)
         nxt = next(it, None)
         while nxt is not None:
             dense, values, offsets, labels = nxt
@@ -212,7 +224,8 @@ def main(argv=None):
            "examples_per_s": round(done / seconds, 1) if seconds else 0,
            "train_log_loss": round(loss_sum / max(done, 1), 6),
            "sync": a.sync, "mode": a.mode, "optimizer": "adagrad",
-           "lr": a.lr, "tables": "sharded", "transport": job.transport}
+           "lr": a.lr, "tables": "sharded", "data_split": split,
+           "transport": job.transport}
     if a.test:
         test = train.read(a.test)
         m = evaluate(model, test, test.rows(a.hash_size))
