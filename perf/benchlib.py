@@ -150,9 +150,10 @@ class CpuLimit:
         """In the child, before exec: move this process into the cgroup."""
         self.add(os.getpid())
 
-    def add(self, pid):
+    def add(self, pid, procs=None):
         """Move process @pid and every descendant of it into the cgroup
-        (a process started at full speed, held once it trains)."""
+        (a process started at full speed, held once it trains), or into
+        the cgroup whose cgroup.procs is @procs."""
         pids, i = [pid], 0
         while i < len(pids):
             try:
@@ -163,10 +164,15 @@ class CpuLimit:
             i += 1
         for p in pids:
             try:
-                with open(self.procs, "w") as f:
+                with open(procs or self.procs, "w") as f:
                     f.write(str(p))
             except OSError:
                 pass  # it ended meanwhile
+
+    def release(self, pid):
+        """Move @pid and its descendants back to the parent cgroup."""
+        self.add(pid, os.path.join(os.path.dirname(self.path),
+                                   "cgroup.procs"))
 
     def __exit__(self, *exc):
         if self.path and os.path.isdir(self.path):

@@ -74,6 +74,7 @@ def main():
            "train_log_loss": round(loss_sum / max(done, 1), 6),
            "sync": "ddp-gloo"}
     if a.test and rank == 0:
+        print(f"rank {rank}: evaluating", file=sys.stderr, flush=True)
         test = train.read(a.test)
         m = evaluate(model, test, test.rows(a.hash_size))
         out.update(test_ne=m["ne"], test_auc=m["auc"],

@@ -47,8 +47,12 @@ def test_prefetch_gives_the_same_rows(no_shm_left):
         ahead.append(bag(v, o).detach())
     for a, b in zip(plain, ahead):
         torch.testing.assert_close(a, b)
+    again = [bag(v, o).detach() for v, o, _ in
+             bag.prefetching(batches, lambda b: (b[0], b[1]))]
+    for a, b in zip(plain, again):
+        torch.testing.assert_close(a, b)
     st = bag.stats()
-    assert st["lookups"] == 2 * len(batches), st  # none twice
+    assert st["lookups"] == 3 * len(batches), st  # none twice
     assert st["lookup_wait_s"] >= 0
     bag.finish()
 

@@ -40,7 +40,7 @@ def test_sync_and_tables_over_the_transport(no_shm_left):
     NumPy only: the S-MA mean, S-EASGD's conservation, rows pushed to
     their owners and read back by both ranks."""
     n = 999
-    ranks = run_ranks(2, "verbs_core", n, timeout=600)
+    ranks = run_ranks(2, "verbs_core", n, timeout=900)
     assert ranks.code == [0, 0], ranks.text()
     want = np.mean([r + np.arange(n, dtype=np.float32) / np.float32(n)
                     for r in range(2)], axis=0)

@@ -122,10 +122,14 @@ class Replica:
                 off += t.numel()
         self._flat = flat
         self._steps = 0
-        self._sync.begin()  # every rank here; rank 0's values with start_alike
-        if mode == "shadow":
-            self._sync.start_shadow()
         self.finished = False
+        try:
+            self._sync.begin()  # every rank; rank 0's values, start_alike
+            if mode == "shadow":
+                self._sync.start_shadow()
+        except BaseException:
+            self.close()  # the parameters keep their values, own memory
+            raise
 
     @property
     def sync(self):
@@ -339,6 +343,21 @@ class _Bags(torch.nn.Module):
 
             rows.register_hook(push)
         return F.embedding_bag(inverse, rows, offsets[:-1], mode=self.mode)
+
+    def prefetching(self, batches, bags_of=lambda b: (b[1], b[2])):
+        """@batches (any iterable) again, each batch's lookup posted while
+        the one before computes: bags_of(batch) gives the (values,
+        offsets) this module will be called with for it (default: the
+        batch's second and third items)."""
+        it = iter(batches)
+        nxt = next(it, None)
+        if nxt is not None:
+            self.prefetch(*bags_of(nxt))
+        while nxt is not None:
+            cur, nxt = nxt, next(it, None)
+            if nxt is not None:
+                self.prefetch(*bags_of(nxt))
+            yield cur
 
     def flush(self, timeout_ms=30000):
         """Wait until every gradient pushed so far is applied at its owner:

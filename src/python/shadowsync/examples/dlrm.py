@@ -196,13 +196,9 @@ def main(argv=None):
     else:  # chunk numbers from rank 0's counter, as train's
         parts = train.chunks(a.data, replica.sync, job.world, a.epochs)
     for ex in parts:
-        it = batches(ex, ex.rows(a.hash_size), a.batch)
-        nxt = next(it, None)
-        while nxt is not None:
-            dense, values, offsets, labels = nxt
-            nxt = next(it, None)
-            if nxt is not None:  # the next batch's rows, while this computes
-                bags.prefetch(nxt[1], nxt[2])
+        # the next batch's rows looked up while this one computes
+        for dense, values, offsets, labels in bags.prefetching(
+                batches(ex, ex.rows(a.hash_size), a.batch)):
             opt.zero_grad()
             loss = loss_fn(model(dense, values, offsets), labels)
             loss.backward()
@@ -227,6 +223,7 @@ def main(argv=None):
            "lr": a.lr, "tables": "sharded", "data_split": split,
            "transport": job.transport}
     if a.test:
+        print(f"rank {job.rank}: evaluating", file=sys.stderr, flush=True)
         test = train.read(a.test)
         m = evaluate(model, test, test.rows(a.hash_size))
         out.update(test_ne=m["ne"], test_auc=m["auc"],
