@@ -209,15 +209,9 @@ class Replica:
         if self.finished:
             return 0
         try:
-            missing = self._sync.finish()
+            return self._sync.finish()
         finally:
-            with torch.no_grad():
-                for _, t, _ in self._pieces:
-                    t.data = t.data.clone()
-            self._flat = None
-            self._sync.close()
-            self.finished = True
-        return missing
+            self.close()
 
     def close(self):
         """Release without the last round (after an error): the
