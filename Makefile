@@ -57,8 +57,9 @@ VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor test_table
 NUMA_TESTS := test_sync_numa
 # and across soft-RoCE clusters of two and three guests
 CLUSTER2_TESTS := tests/cluster/fabric
-CLUSTER3_TESTS := tests/cluster/host-dies tests/cluster/mtu-and-loss \
-	tests/cluster/link-flap
+# (in one boot: host-dies powers a host off, so it comes last)
+CLUSTER3_TESTS := tests/cluster/link-flap tests/cluster/mtu-and-loss \
+	tests/cluster/host-dies
 
 # 2-rank jobs under the real launchers: Open MPI's mpirun, and srun on a
 # one-node Slurm the script starts itself (root; skipped otherwise)
@@ -73,7 +74,7 @@ PERF_TESTS := tests/perf/quality-k
 
 # The Python package's tests (pytest, against build/lib and build/bin):
 # over shm here, and those marked verbs in the soft-RoCE guest
-PYTHON_TESTS := tests/python/run
+PYTHON_TESTS := tests/python/pytest
 
 # Tests that start threads also run under ThreadSanitizer.
 THREADED_TESTS := test_topo_pin test_sync_threads test_train_threads test_table_threads

@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(config, items):
     items[:] = keep
 
 
-# With SS_TEST_TALLY_FORMAT=1 (tests/python/run): a line a test as
+# With SS_TEST_TALLY_FORMAT=1 (tests/python/pytest): a line a test as
 # Criterion prints them, and a last "pytest: N passed, M failed" line,
 # which tests/run counts into make check's tally.
 _tally = {"passed": 0, "failed": 0}
