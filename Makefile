@@ -277,7 +277,8 @@ demo-rxe: deps
 # Debian 12); it finds the library two folders up, in PREFIX/lib.
 PYTHON_VERSION := $(shell /usr/bin/python3 -c 'import sys; \
 	print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo 3)
-PYTHON_DIR ?= $(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages
+# (/usr: Debian's own folder for packages of any 3.X)
+PYTHON_DIR ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYTHON_VERSION)/dist-packages)
 
 # The .pc file is written at install time: it holds PREFIX.
 install: lib command

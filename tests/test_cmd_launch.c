@@ -609,6 +609,7 @@ Test(cmd_launch, refuses_what_it_sets_itself_and_bad_options)
 		{ "-n 2 -- no-such-program-here x",
 		  "'no-such-program-here' after --: no such program on PATH" },
 		{ "-n 2 -- ./no/such/file", "'./no/such/file' after --" },
+		{ "-n 2 -- /tmp", "'/tmp' after --: Is a directory" },
 		{ "-n 2 --transport ib -- train", "--transport" },
 		{ "-n 2 --bogus -- train", "unknown option" },
 		{ "-n 2 --restarts -1 -- train --data x", "--restarts" },
@@ -869,7 +870,8 @@ Test(cmd_launch, bind_spread_gives_each_rank_its_own_cores)
  * rank finds its rank, the job's peers, transport and key in its
  * environment, and its {"rank": line counts in the job's summary as
  * train's does (the job's examples over the slowest rank's seconds, the
- * worst rank's NE).
+ * worst rank's NE).  Its own arguments are its own: a --job among them
+ * is not train's --job-key (the key is still set).
  */
 Test(cmd_launch, a_program_of_the_users_gets_its_rank_and_peers)
 {
@@ -882,7 +884,7 @@ Test(cmd_launch, a_program_of_the_users_gets_its_rank_and_peers)
 			"\\\"seconds\\\":$((SS_RANK + 1)),"
 			"\\\"test_ne\\\":0.8$SS_RANK}\"; "
 			"echo \"$SS_RANK/$SS_WORLD $SS_PEERS $SS_TRANSPORT "
-			"key${SS_JOB_KEY:+ set}\"' 2>&1",
+			"key${SS_JOB_KEY:+ set}\"' sh --job x 2>&1",
 			SS_COMMAND, port()),
 		0, "%s", out);
 	cr_assert(strstr(out, "[rank 2] 2/3 127.0.0.1:"), "%s", out);

@@ -250,6 +250,7 @@ static void clear_launchers(void)
 		"LOCAL_WORLD_SIZE",
 		"OMPI_COMM_WORLD_LOCAL_SIZE",
 		"SLURM_JOB_NODELIST",
+		"TORCHELASTIC_RUN_ID",
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -416,6 +417,19 @@ Test(peers, a_job_found_as_train_finds_it)
 	cr_assert_str_eq(ss_job_addrs_of(job)[0], "n1:7100");
 	cr_assert_str_eq(ss_job_addrs_of(job)[3], "n2:7101");
 	cr_assert_eq(ss_job_rank(job), 3);
+	ss_job_free(&job);
+
+	/* torchrun inside srun: its workers' ranks, not srun's one task */
+	static const char *const srun_torchrun[] = {
+		"SLURM_PROCID=0",	 "SLURM_NTASKS=1",
+		"SLURM_JOB_NODELIST=n1", "RANK=1",
+		"WORLD_SIZE=2",		 "LOCAL_WORLD_SIZE=2",
+		"TORCHELASTIC_RUN_ID=j", NULL
+	};
+	cr_assert_eq(find_job(&job, NULL, -1, srun_torchrun), 0);
+	cr_assert_eq(ss_job_rank(job), 1);
+	cr_assert_eq(ss_job_world(job), 2);
+	cr_assert_str_eq(ss_job_source(job), "torchrun");
 	ss_job_free(&job);
 
 	/* no list, and the tasks on two hosts: nothing to go by */

@@ -371,7 +371,9 @@ void ss_strings_free(char ***list, int n);
  * ss_launcher_rank() - this process's rank and the world size from the
  * launcher's environment: Slurm (SLURM_PROCID, SLURM_NTASKS), Open MPI
  * (OMPI_COMM_WORLD_RANK, _SIZE), PMI (PMI_RANK, PMI_SIZE) or torchrun
- * (RANK, WORLD_SIZE), the first set in that order; @source names which.
+ * (RANK, WORLD_SIZE), the first set in that order, torchrun's first
+ * where it set TORCHELASTIC_RUN_ID (it runs inside the others: srun
+ * torchrun); @source names which.
  * Returns 0, or SS_EUSAGE when none is set or they are malformed.
  */
 int ss_launcher_rank(int *rank, int *world, const char **source);
@@ -424,9 +426,10 @@ int ss_job_world(const struct ss_job *job);
 const char *const *ss_job_addrs_of(const struct ss_job *job);
 
 /*
- * ss_job_source() - who gave the rank: @req->rank_name, the launcher's
- * name ("Slurm", "Open MPI", "PMI", "torchrun"), or NULL (a world of one
- * or a list without a rank: rank 0).
+ * ss_job_source() - who gave the rank: @req->rank_name (the caller's
+ * string: valid while it is), the launcher's name ("Slurm", "Open MPI",
+ * "PMI", "torchrun"), or NULL (a world of one or a list without a rank:
+ * rank 0).
  */
 const char *ss_job_source(const struct ss_job *job);
 

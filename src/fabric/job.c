@@ -165,9 +165,10 @@ static int ss_job_addrs(struct ss_job *job, const struct ss_job_request *req,
 		}
 		return n;
 	}
-	/* a world of one, on a port of its own */
+	/* a world of one, on a port of its own; even, so that a second
+	 * endpoint at port + 1 (its tables') meets no other process's */
 	snprintf(job->alone, sizeof(job->alone), "127.0.0.1:%d",
-		 20000 + (int)(getpid() % 20000));
+		 20000 + 2 * (int)(getpid() % 10000));
 	job->addrs[0] = job->alone;
 	return 1;
 }

@@ -303,7 +303,12 @@ int ss_launcher_rank(int *rank, int *world, const char **source)
 		{ "RANK", "WORLD_SIZE", "torchrun" },
 	};
 
-	for (size_t i = 0; i < sizeof(launchers) / sizeof(launchers[0]); i++) {
+	size_t n = sizeof(launchers) / sizeof(launchers[0]);
+	/* torchrun inside srun or mpirun: its workers' ranks are the job's */
+	bool torchrun_in = getenv("TORCHELASTIC_RUN_ID") != NULL;
+
+	for (size_t k = 0; k < n; k++) {
+		size_t i = torchrun_in ? (k + n - 1) % n : k;
 		const char *r = getenv(launchers[i].rank);
 		const char *s = getenv(launchers[i].size);
 		long rv, sv;

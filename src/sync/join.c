@@ -242,7 +242,9 @@ static int ss_sync_start_alike(struct ss_sync *s)
 			ss__wait_sends(s, deadline);
 		if (!s->reads_ok[low])
 			return ss_error_set(
-				-ETIMEDOUT, "its replica did not arrive",
+				-ETIMEDOUT,
+				"its replica could not be read, or did not "
+				"arrive in time",
 				"see that rank's own messages; start the job "
 				"again",
 				"sync: rank %d starting from rank %d's %zu "

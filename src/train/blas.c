@@ -239,7 +239,7 @@ static const char *ss_blas_usable(unsigned int have, char *buf, size_t size)
 
 int ss__blas_arch_check(const char *value, unsigned int have)
 {
-	char usable[160], missing[96], hint[256];
+	char usable[224], missing[96], hint[256];
 	const struct ss__blas_kernels *k = NULL;
 	char *end;
 	long id;
@@ -253,11 +253,12 @@ int ss__blas_arch_check(const char *value, unsigned int have)
 	errno = 0;
 	id = strtol(value, &end, 10);
 	if (end == value || *end || errno)
-		return ss_error_set(SS_EUSAGE,
-				    "not a number: BLIS 0.9 takes its kernels' "
-				    "number from blis.h's arch_t, and would "
-				    "read this as another",
-				    hint, "BLIS_ARCH_TYPE='%.64s'", value);
+		return ss_error_set(
+			SS_EUSAGE,
+			"not a number: BLIS 0.9 takes its kernels' "
+			"number from blis.h's arch_t, and reads "
+			"only the leading digits (a name as 0, skx)",
+			hint, "BLIS_ARCH_TYPE='%.64s'", value);
 	for (size_t i = 0;
 	     i < sizeof(ss_blas_kernels) / sizeof(ss_blas_kernels[0]); i++)
 		if (ss_blas_kernels[i].id == id)

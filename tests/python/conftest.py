@@ -10,6 +10,7 @@ import random
 import subprocess
 import sys
 
+import numpy
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -194,3 +195,17 @@ def no_shm_left():
     yield
     left = [n for n in shm_objects() - before if _ours(n)]
     assert not left, f"left in /dev/shm: {sorted(left)[:8]}"
+
+
+def easgd_levels_hold(world, values, label):
+    """@values, a rank's replica after S-EASGD rounds with no training
+    from replicas r + 1: each shard at its owner's level."""
+    total = sum(r + 1 for r in range(world))
+    levels = [(total + o + 1) / (world + 1) for o in range(world)]
+    got = numpy.array(values)
+    owners = [int(numpy.argmin([abs(v - lv) for lv in levels])) for v in got]
+    assert owners == sorted(owners), f"{label}: shards out of order"
+    assert set(owners) == set(range(world)), f"{label}: {set(owners)}"
+    want = numpy.array([levels[o] for o in owners])
+    numpy.testing.assert_allclose(got, want, atol=1e-5,
+                               err_msg=f"{label}: mass not conserved")

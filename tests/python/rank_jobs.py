@@ -231,6 +231,46 @@ def wait_for_a_peer():
     say(error=None)
 
 
+def exit_handler_reads_the_model():
+    """An atexit handler registered before the replica (a save at exit)
+    reads the parameters after the package's own exit handler ran."""
+    import atexit
+    model = torch.nn.Linear(4, 1)
+    atexit.register(lambda: say(at_exit=float(model.weight.sum())))
+    sst.Replica(model, mode="shadow")
+    say(ready=True)
+
+
+def interrupt_caught():
+    """A KeyboardInterrupt caught by the program (a notebook's): the rank
+    lives on with its /dev/shm names, and removes them at exit."""
+    import signal
+    model = torch.nn.Linear(4, 1)
+    r = sst.Replica(model)
+    before = sorted(n for n in os.listdir("/dev/shm") if n.startswith("ss-"))
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    after = sorted(n for n in os.listdir("/dev/shm") if n.startswith("ss-"))
+    r.step()
+    say(kept=before == after and len(before) > 0)
+
+
+def retry_after_a_timeout():
+    """A Replica whose peer never came, made again at once in the except
+    block: the first one's address is free (it held it while its
+    exception lived)."""
+    errors = []
+    for _ in range(2):
+        try:
+            sst.Replica(torch.nn.Linear(3, 1), timeout_ms=1000)
+        except Exception as e:  # noqa: BLE001
+            errors.append(str(e))
+    say(errors=errors)
+
+
 def sleep_in_training():
     """A rank that trains until a signal ends it (SIGTERM from the test)."""
     model = torch.nn.Linear(4, 1)

@@ -2,6 +2,7 @@
 """Bad input gets a clear exception naming what is wrong, and nothing
 leaks: not in /dev/shm, not when the process ends by an exception or a
 signal."""
+import json
 import os
 import signal
 import subprocess
@@ -144,3 +145,51 @@ def test_the_library_is_found_and_errors_carry_its_text():
     assert e.value.code < 0 and e.value.what and e.value.why
     with pytest.raises(ShadowSyncError):
         check(-2)  # -ENOENT, nothing recorded: the errno's text
+
+
+def run_job(job, world=1):
+    port = port_block()
+    return port, subprocess.run(
+        [PYTHON, os.path.join(HERE, "rank_jobs.py"), job],
+        env=rank_env(0, world, port), capture_output=True, text=True,
+        timeout=120)
+
+
+def test_an_exit_handler_reads_the_model_after_ours():
+    """Before, the replica was unmapped at exit under the views an earlier
+    atexit handler still read: SIGSEGV."""
+    port, out = run_job("exit_handler_reads_the_model")
+    assert out.returncode == 0, out
+    assert '"at_exit": ' in out.stdout, out.stdout
+    assert not [n for n in shm_objects() if f":{port}-" in n]
+
+
+def test_a_caught_interrupt_keeps_the_ranks_names():
+    """Before, SIGINT removed the /dev/shm names (the address's claim too)
+    of a process that went on."""
+    port, out = run_job("interrupt_caught")
+    assert '"kept": true' in out.stdout, out
+    assert not [n for n in shm_objects() if f":{port}-" in n]
+
+
+def test_a_failed_replica_frees_its_address_at_once():
+    port, out = run_job("retry_after_a_timeout", world=2)
+    errors = json.loads(out.stdout.strip().splitlines()[-1])["errors"]
+    assert len(errors) == 2, out
+    assert all("waiting" in e and "live process" not in e
+               for e in errors), errors
+
+
+def test_a_wrapped_optimizer_takes_a_scheduler(no_shm_left):
+    model = torch.nn.Linear(3, 1)
+    r = sst.Replica(model)
+    opt = r.wrap(torch.optim.SGD(model.parameters(), lr=0.1))
+    sched = torch.optim.lr_scheduler.StepLR(opt, 2)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        sched.step()
+    assert r.stats()["iterations"] == 3
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01)
+    r.finish()

@@ -3,7 +3,7 @@
 kept in sync by the library's rounds."""
 import numpy as np
 import pytest
-from conftest import TRANSPORT, run_ranks
+from conftest import easgd_levels_hold, run_ranks
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -18,40 +18,6 @@ def test_ma_ends_with_the_exact_mean_after_a_round(world, no_shm_left):
         assert ranks.json[r]["rounds"] >= 1
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6,
                                    err_msg=f"rank {r}")
-
-
-def easgd_levels_hold(world, values, label):
-    """@values, a rank's replica after S-EASGD rounds with no training
-    from replicas r + 1: each shard at its owner's level."""
-    total = sum(r + 1 for r in range(world))
-    levels = [(total + o + 1) / (world + 1) for o in range(world)]
-    got = np.array(values)
-    owners = [int(np.argmin([abs(v - lv) for lv in levels])) for v in got]
-    assert owners == sorted(owners), f"{label}: shards out of order"
-    assert set(owners) == set(range(world)), f"{label}: {set(owners)}"
-    want = np.array([levels[o] for o in owners])
-    np.testing.assert_allclose(got, want, atol=1e-5,
-                               err_msg=f"{label}: mass not conserved")
-
-
-@pytest.mark.verbs
-def test_sync_and_tables_over_the_transport(no_shm_left):
-    """What crosses the fabric, over verbs in the guest (shm here), with
-    NumPy only: the S-MA mean, S-EASGD's conservation, rows pushed to
-    their owners and read back by both ranks."""
-    n = 999
-    ranks = run_ranks(2, "verbs_core", n, timeout=900)
-    assert ranks.code == [0, 0], ranks.text()
-    want = np.mean([r + np.arange(n, dtype=np.float32) / np.float32(n)
-                    for r in range(2)], axis=0)
-    want = np.concatenate([want[:8], want[-8:]])
-    for r, j in enumerate(ranks.json):
-        assert j["transport"] == TRANSPORT, j
-        np.testing.assert_allclose(j["ma"], want, rtol=1e-6, atol=1e-6)
-        easgd_levels_hold(2, j["easgd"], f"rank {r}")
-        assert j["table_worst"] < 1e-6, j
-        assert j["owners"] == [0, 1], j  # both ranks own pushed rows
-    assert ranks.json[1]["rows_remote"] > 0
 
 
 @pytest.mark.parametrize("world", [2, 3])

@@ -48,9 +48,10 @@ int main(void)
 	fo.rank = ss_job_rank(job);
 	fo.world = ss_job_world(job);
 	fo.addrs = ss_job_addrs_of(job);
-	if (getenv("SS_TRANSPORT"))
-		ss_transport_parse("SS_TRANSPORT", getenv("SS_TRANSPORT"),
-				   &fo.transport);
+	if (getenv("SS_TRANSPORT") &&
+	    (rc = ss_transport_parse("SS_TRANSPORT", getenv("SS_TRANSPORT"),
+				     &fo.transport)) < 0)
+		return fail("replica", rc);
 	if (getenv("SS_JOB_KEY"))
 		fo.job_key = strtoull(getenv("SS_JOB_KEY"), NULL, 10);
 	ss_sync_options_init(&so, SS_SYNC_MA);

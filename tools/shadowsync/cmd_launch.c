@@ -156,6 +156,7 @@ static int ss_launch_check_program(const char *prog)
 	};
 	const char *path = getenv("PATH");
 	char full[4096];
+	struct stat st;
 
 	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
 		if (!strcmp(prog, ours[i]))
@@ -166,19 +167,27 @@ static int ss_launch_check_program(const char *prog)
 				"shadowsync launch -n N -- train --data FILE ...",
 				"'%s' after --", prog);
 
-	if (strchr(prog, '/'))
-		return access(prog, X_OK) == 0 ?
-			       0 :
-			       ss_error_set(SS_EUSAGE, strerror(errno),
-					    "give a program to run, or 'train'",
-					    "'%s' after --", prog);
-	for (const char *dir = path ? path : "/usr/bin:/bin"; *dir;) {
+	if (strchr(prog, '/')) {
+		if (stat(prog, &st) == 0 && !S_ISREG(st.st_mode))
+			errno = EISDIR;
+		else if (access(prog, X_OK) == 0)
+			return 0;
+		return ss_error_set(SS_EUSAGE, strerror(errno),
+				    "give a program to run, or 'train'",
+				    "'%s' after --", prog);
+	}
+	for (const char *dir = path ? path : "/usr/bin:/bin";;) {
 		size_t len = strcspn(dir, ":");
 
-		snprintf(full, sizeof(full), "%.*s/%s", (int)len, dir, prog);
-		if (access(full, X_OK) == 0)
+		/* an empty entry is the current folder, as execvp takes it */
+		snprintf(full, sizeof(full), "%.*s/%s", len ? (int)len : 1,
+			 len ? dir : ".", prog);
+		if (stat(full, &st) == 0 && S_ISREG(st.st_mode) &&
+		    access(full, X_OK) == 0)
 			return 0;
-		dir += len + (dir[len] == ':');
+		if (!dir[len])
+			break;
+		dir += len + 1;
 	}
 	return ss_error_set(SS_EUSAGE, "no such program on PATH",
 			    "give a program to run (python3 -m ...), or "
@@ -390,7 +399,9 @@ static int ss_launch_parse(int argc, char **argv, struct ss_launch *l)
 		snprintf(l->job_key, sizeof(l->job_key), "%llu",
 			 (unsigned long long)(key ? key : 1));
 	}
-	for (int k = 0; k < l->train_argc; k++)
+	/* train's own --job-key wins; a program's arguments are its own */
+	for (int k = 0; k < l->train_argc && !strcmp(l->train_argv[0], "train");
+	     k++)
 		if (ss_launch_names(l->train_argv[k], "--job-key"))
 			l->job_key[0] = '\0';
 	return ss_launch_check_train_args(l->train_argc, l->train_argv);

@@ -132,21 +132,28 @@ _handlers_set = False
 
 
 def _remove_names_then(previous, signum):
+    """A handler that does what @previous did (a Python handler, or
+    SIG_DFL when None); where that is the process's death, this process's
+    /dev/shm names go first.  A handler that returns (a KeyboardInterrupt
+    caught by a loop, Jupyter's) leaves them: the process lives on, its
+    address still claimed; its exit removes them (sync.py's atexit)."""
     def handler(sig, frame):
-        _lib.fabric_remove_names()
-        signal.signal(signum, previous if previous is not None
-                      else signal.SIG_DFL)
         if callable(previous):
             return previous(sig, frame)
+        _lib.fabric_remove_names()
+        signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
     return handler
 
 
 def guard_signals():
-    """Once an endpoint is open: SIGTERM, SIGINT and SIGHUP first remove
-    this process's /dev/shm names (ss_fabric_remove_names), then do what
-    they did before (KeyboardInterrupt for SIGINT; the default death for
-    the others).  Only from the main thread; a no-op elsewhere."""
+    """Once an endpoint is open: SIGTERM and SIGHUP (when they would kill
+    the process) first remove this process's /dev/shm names
+    (ss_fabric_remove_names), then kill it as before; SIGINT's
+    KeyboardInterrupt and handlers of the program's own run as before.
+    Python runs a handler between bytecodes: a signal that comes while
+    the library waits (a barrier, a connect) is handled when the call
+    returns.  Only from the main thread; a no-op elsewhere."""
     global _handlers_set
     if threading.current_thread() is not threading.main_thread():
         return
@@ -155,7 +162,7 @@ def guard_signals():
             return
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             previous = signal.getsignal(signum)
-            if previous is signal.SIG_IGN:
+            if previous is signal.SIG_IGN or previous is None:
                 continue
             signal.signal(signum, _remove_names_then(
                 None if previous is signal.SIG_DFL else previous, signum))

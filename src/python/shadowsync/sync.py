@@ -7,6 +7,7 @@ The library owns the memory; .params() is a NumPy view of it (zero copy),
 valid for as long as any view lives: the endpoint and the memory are
 released when the last reference to them goes, never under a view.
 """
+import atexit
 import ctypes
 import os
 import weakref
@@ -23,9 +24,10 @@ MODES = ("shadow", "foreground")
 
 class _Owner:
     """The C sync and its endpoint.  NumPy views of the replica hold it;
-    it is released when the last of them and the Sync are gone (or at
-    exit), and a rank that ends by an exception so removes its /dev/shm
-    objects."""
+    it is released when the last of them and the Sync are gone, never
+    under a view: at exit (atexit handlers registered before ours may
+    still read the parameters) the shadow thread stops and the /dev/shm
+    names go, but the memory stays mapped until the process ends."""
 
     def __init__(self):
         self.fabric = ctypes.c_void_p()
@@ -34,6 +36,8 @@ class _Owner:
         self.pid = os.getpid()
         self._finalizer = weakref.finalize(self, _Owner._release,
                                            self.fabric, self.sync, self.pid)
+        self._finalizer.atexit = False
+        _live.add(self)
 
     @staticmethod
     def _release(fab, sync, pid):
@@ -41,6 +45,28 @@ class _Owner:
             return
         _lib.sync_destroy(ctypes.byref(sync))  # stops the shadow thread
         _lib.fabric_close(ctypes.byref(fab))
+
+    def release_now(self):
+        """Release at once: for a Sync that failed before any view of its
+        memory was handed out (a half-made one kept the address claimed
+        while the exception lived)."""
+        self._finalizer()
+
+
+_live = weakref.WeakSet()  # owners not yet released
+
+
+@atexit.register
+def _at_exit():
+    """The safe part of a release at exit: shadow threads stopped, this
+    process's /dev/shm names removed (its peers see it go); the memory
+    and the connections go with the process."""
+    for owner in list(_live):
+        if owner.pid == os.getpid() and owner._finalizer.alive and \
+                owner.shadow:
+            owner.shadow = False
+            _lib.shadow_stop(owner.sync)
+    _lib.fabric_remove_names()
 
 
 def _options(algo, **kw):
@@ -82,10 +108,14 @@ class Sync:
                             timeout_ms=timeout_ms)
         self._owner = _Owner()
         fabric.guard_signals()
-        check(_lib.fabric_open(ctypes.byref(self._owner.fabric),
-                               ctypes.byref(fo)))
-        check(_lib.sync_create(ctypes.byref(self._owner.sync),
-                               self._owner.fabric, n, ctypes.byref(opts)))
+        try:
+            check(_lib.fabric_open(ctypes.byref(self._owner.fabric),
+                                   ctypes.byref(fo)))
+            check(_lib.sync_create(ctypes.byref(self._owner.sync),
+                                   self._owner.fabric, n, ctypes.byref(opts)))
+        except BaseException:
+            self._owner.release_now()
+            raise
         self.n = n
         self._view = _view(self._owner, n)
         self._connected = self._begun = self._finished = False
@@ -136,7 +166,8 @@ class Sync:
         self._owner.shadow = True
 
     def stop_shadow(self):
-        if self._owner is not None and self._owner.shadow:
+        if self._owner is not None and self._owner.shadow and \
+                os.getpid() == self._owner.pid:
             self._owner.shadow = False
             check(_lib.shadow_stop(self._owner.sync))
 
@@ -156,6 +187,7 @@ class Sync:
 
     def add_iterations(self, k=1):
         """Report @k training steps done (the sync gap's unit)."""
+        self._alive()
         _lib.sync_add_iterations(self._owner.sync, k)
 
     def claim(self):
@@ -186,13 +218,16 @@ class Sync:
         self._finished = True
         return missing.value
 
-    def close(self):
+    def close(self, views_dropped=False):
         """Drop this object's hold on the replica: the library's memory and
-        endpoint go once no NumPy view of it is left (at once if none)."""
+        endpoint go once no NumPy view of it is left (at once if none).
+        @views_dropped: the caller knows of no view left (its own are
+        gone): release now, whatever the garbage collector still holds."""
         if self._owner is not None:
             self.stop_shadow()
-            self._owner = None
-            self._view = None
+            owner, self._owner, self._view = self._owner, None, None
+            if views_dropped and os.getpid() == owner.pid:
+                owner.release_now()
 
     # -- figures ----------------------------------------------------------
 

@@ -75,8 +75,12 @@ class Table:
                             timeout_ms=timeout_ms)
         self._owner = _Owner()
         fabric.guard_signals()
-        check(_lib.table_open(ctypes.byref(self._owner.table),
-                              ctypes.byref(o), ctypes.byref(fo)))
+        try:
+            check(_lib.table_open(ctypes.byref(self._owner.table),
+                                  ctypes.byref(o), ctypes.byref(fo)))
+        except BaseException:
+            self._owner._finalizer()  # nothing of it was handed out
+            raise
         self._posted = [None] * depth  # the ids each slot was posted with
 
     def _handle(self):
@@ -106,8 +110,15 @@ class Table:
                         "lookup() first")
         if out is None:
             out = np.empty((len(ids), self.width), dtype=np.float32)
-        check(_lib.table_wait_into(self._handle(), 0, slot, _f32(out)))
-        self._posted[slot] = None
+        elif (out.shape != (len(ids), self.width) or out.dtype != np.float32
+              or not out.flags["C_CONTIGUOUS"]):
+            raise usage("table wait's out", f"{out.dtype} {out.shape}",
+                        f"a C-contiguous float32 array of ({len(ids)}, "
+                        f"{self.width})")
+        try:
+            check(_lib.table_wait_into(self._handle(), 0, slot, _f32(out)))
+        finally:
+            self._posted[slot] = None
         return out
 
     def push(self, ids, grads):
@@ -143,9 +154,10 @@ class Table:
     def close(self):
         """Close now: flush what is queued (bounded), disconnect, release.
         Call table.barrier() first so that no peer still reads this
-        rank's shard."""
+        rank's shard.  In a forked child: forget it, release nothing."""
         if self._owner is not None:
-            self._owner._finalizer()
+            if os.getpid() == self._owner.pid:
+                self._owner._finalizer()
             self._owner = None
 
     def __enter__(self):

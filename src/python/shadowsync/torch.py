@@ -10,6 +10,7 @@ stay as they were while the shadow thread averages the same memory.
 docs/python.md is the guide.
 """
 import time
+import types
 import weakref
 
 import torch
@@ -128,7 +129,10 @@ class Replica:
             if mode == "shadow":
                 self._sync.start_shadow()
         except BaseException:
-            self.close()  # the parameters keep their values, own memory
+            # the parameters get their values back in memory of their own,
+            # and the endpoint goes now: no view of it was handed out
+            flat = piece = None
+            self._release(views_dropped=True)
             raise
 
     @property
@@ -169,7 +173,7 @@ class Replica:
         if self.finished:
             raise usage("Replica.step", "after finish()",
                         "make a new Replica to train again")
-        self.check()
+        self.check()  # and add_iterations refuses a forked child
         self._sync.add_iterations(k)
         self._steps += k
         if self.mode == "foreground" and self._steps >= self.sync_every:
@@ -177,16 +181,17 @@ class Replica:
             self._sync.foreground()
 
     def wrap(self, optimizer):
-        """@optimizer, whose step() now calls self.step() after it."""
+        """@optimizer, whose step() now calls self.step() after it (still
+        a bound method: learning-rate schedulers wrap it in turn)."""
         inner = optimizer.step
         replica = self
 
-        def step(*args, **kwargs):
+        def step(opt, *args, **kwargs):
             out = inner(*args, **kwargs)
             replica.step()
             return out
 
-        optimizer.step = step
+        optimizer.step = types.MethodType(step, optimizer)
         return optimizer
 
     def round(self):
@@ -216,12 +221,15 @@ class Replica:
     def close(self):
         """Release without the last round (after an error): the
         parameters keep their values in memory of their own."""
+        self._release(views_dropped=False)
+
+    def _release(self, views_dropped):
         if not self.finished:
             with torch.no_grad():
                 for _, t, _ in self._pieces:
                     t.data = t.data.clone()
             self._flat = None
-            self._sync.close()
+            self._sync.close(views_dropped=views_dropped)
             self.finished = True
 
     def __enter__(self):
@@ -289,20 +297,29 @@ class _Bags(torch.nn.Module):
         if not self._free:
             self._drop(self._ahead.pop(0))
         slot = self._free.pop(0)
-        self.table.lookup(ids.numpy().astype("uint64"), slot)
+        try:
+            self.table.lookup(ids.numpy().astype("uint64"), slot)
+        except BaseException:
+            self._free.append(slot)
+            raise
         return slot
 
     def _wait(self, slot):
+        """The rows of @slot's lookup; the slot is free again after, also
+        when the wait fails or is interrupted."""
         t0 = time.perf_counter()
-        rows = self.table.wait(slot)
-        self.wait_seconds += time.perf_counter() - t0
-        self._free.append(slot)
-        return rows
+        try:
+            return self.table.wait(slot)
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+            self._free.append(slot)
 
     def _drop(self, ahead):
         """A prefetch no forward took: waited for, its slot freed."""
-        self.table.wait(ahead[4])
-        self._free.append(ahead[4])
+        try:
+            self.table.wait(ahead[4])
+        finally:
+            self._free.append(ahead[4])
 
     def _prefetch(self, values, feature_of, offsets):
         ids, inverse = self._distinct(values, feature_of)

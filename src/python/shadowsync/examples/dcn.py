@@ -4,7 +4,7 @@ multi-hot features pooled from the sharded tables, and a DCNv2 low-rank
 cross network (x_{l+1} = x_0 * (W_l (V_l x_l) + b_l) + x_l) between the
 bottom and the top MLP, as MLPerf's DLRM-DCNv2.
 
-    python3 -m shadowsync.examples.dcn [--examples N] [--json]
+    python3 -m shadowsync.examples.dcn [--examples N]
     shadowsync launch -n 2 -- python3 -m shadowsync.examples.dcn
 
 The data are made here, the same on every rank (each trains on its 1/N):
