@@ -194,9 +194,11 @@ perf-deps:
 	@tools/install-deps --perf
 
 # check installs what is missing, then re-reads this Makefile in a fresh
-# make so that nothing is evaluated before the packages are there.
+# make so that nothing is evaluated before the packages are there; its
+# builds (plain, ASan, TSan) use every core, the tests run one program
+# after another as the recipe lists them.
 check: deps
-	@$(MAKE) --no-print-directory test
+	@$(MAKE) --no-print-directory -j$$(nproc) test
 
 # Every test, then the unit tests under ASan+UBSan and the threaded ones
 # under TSan, then an install into a temporary prefix.
