@@ -1208,7 +1208,15 @@ static void easgd_conserves(bool sigstop)
 	cr_assert_lt(fabs(easgd_rec->w[checks - 1][2][0] -
 			  easgd_rec->w[checks - 1][0][0]),
 		     1.5, "replicas 2.0 apart stayed apart");
-	cr_assert_gt(job.stats[0].peers_left_out, 0, "nobody was left out");
+	/*
+	 * and a rank gave up on a peer: rank 1, late, left out by the others;
+	 * or, where the others were later still (under load, in a guest),
+	 * they left out by rank 1.  Deltas reached owners that had given up
+	 * on them either way.
+	 */
+	cr_assert_gt(job.stats[0].peers_left_out + job.stats[1].peers_left_out +
+			     job.stats[2].peers_left_out,
+		     0, "nobody was left out");
 }
 
 Test(sync, easgd_conserves_the_sum_of_replicas_and_center, .timeout = 180)
