@@ -34,11 +34,23 @@ void ss__easgd_apply_delta(struct ss_sync *s, int sender, uint32_t round)
 void ss__easgd_apply_early(struct ss_sync *s, uint32_t upto)
 {
 	for (int p = 0; p < s->world; p++) {
-		uint32_t round = s->easgd_early_round[p];
+		/* both slots' (two rounds' deltas may wait), the older first */
+		size_t at[2] = { ss__arrival(s, 0, p), ss__arrival(s, 1, p) };
 
-		if (s->easgd_early[p] && ss__rounds_after(round, upto) <= 0) {
-			ss__easgd_apply_delta(s, p, round);
-			s->easgd_early[p] = false;
+		if (s->easgd_early[at[0]] && s->easgd_early[at[1]] &&
+		    ss__rounds_after(s->easgd_early_round[at[1]],
+				     s->easgd_early_round[at[0]]) < 0) {
+			at[0] = ss__arrival(s, 1, p);
+			at[1] = ss__arrival(s, 0, p);
+		}
+		for (int i = 0; i < 2; i++) {
+			uint32_t round = s->easgd_early_round[at[i]];
+
+			if (s->easgd_early[at[i]] &&
+			    ss__rounds_after(round, upto) <= 0) {
+				ss__easgd_apply_delta(s, p, round);
+				s->easgd_early[at[i]] = false;
+			}
 		}
 	}
 }

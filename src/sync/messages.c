@@ -48,15 +48,21 @@ static void ss_round_message(struct ss_sync *s, int kind, int p, uint32_t round)
 	 * up on its sender, is applied now: the sender has taken it off its
 	 * replica, so dropping it would lose that mass from replicas plus
 	 * center.  One of a round we have yet to reach waits for it in its
-	 * slot (ss__easgd_apply_early); there is at most one, because the
-	 * sender writes a slot again only once we have finished with it.
+	 * slot (ss__easgd_apply_early), marked per slot: the sender writes a
+	 * slot again only once we have finished with it, but two of its
+	 * deltas can wait at once.  Leaving a barrier frees both of our slots
+	 * at the sender, which may then send the two rounds after it while we
+	 * are still in the barrier: with one mark a peer, the second delta's
+	 * mark replaced the first's, and the first was never applied.
 	 */
 	if (kind == SS_MSG_EASGD) {
+		size_t at = ss__arrival(s, round, p);
+
 		if (ahead <= 0)
 			ss__easgd_apply_delta(s, p, round);
 		if (ahead > 0) {
-			s->easgd_early[p] = true;
-			s->easgd_early_round[p] = round;
+			s->easgd_early[at] = true;
+			s->easgd_early_round[at] = round;
 		}
 	} else if (ahead < 0) {
 		/* late for its round, which has ended here: discarded */

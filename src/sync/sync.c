@@ -280,8 +280,8 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->center_unsure = calloc(w, sizeof(bool));
 	s->joining = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
-	s->easgd_early = calloc(w, sizeof(bool));
-	s->easgd_early_round = calloc(w, sizeof(uint32_t));
+	s->easgd_early = calloc(2 * w, sizeof(bool));
+	s->easgd_early_round = calloc(2 * w, sizeof(uint32_t));
 	s->in_flight = calloc(w, sizeof(int));
 	s->flight_start_ns = calloc(w, sizeof(uint64_t));
 	s->flight_bytes = calloc(w, sizeof(uint64_t));

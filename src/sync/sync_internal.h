@@ -198,8 +198,13 @@ struct ss_sync {
 	uint32_t *ctrl; /* the barrier words in the inbox */
 	int outstanding; /* our operations not yet completed */
 	bool *reads_ok; /* S-EASGD: the center read from each peer arrived */
-	/* S-EASGD: the peer's delta of round easgd_early_round[] came for a
-	 * round we have yet to reach, and waits in its slot */
+	/*
+	 * S-EASGD, per slot (ss__arrival: round parity and peer): the peer's
+	 * delta of round easgd_early_round[] came for a round we have yet to
+	 * reach, and waits in that slot.  A slot each, not a peer each: a
+	 * peer out of a barrier before us sends the two rounds after it
+	 * while we are still in it (ss__barrier frees both slots).
+	 */
 	bool *easgd_early;
 	uint32_t *easgd_early_round;
 	/*
