@@ -375,7 +375,16 @@ int ss__barrier(struct ss_sync *s)
 	agree_by = ss_deadline_ns(s->timeout_ms);
 	if (deadline < agree_by)
 		deadline = agree_by;
+	memcpy(s->came_seen, came, (size_t)s->world * sizeof(bool));
 	ss_barrier_agree(s, came, deadline);
+	for (int p = 0; p < s->world; p++) {
+		if (!s->came_seen[p])
+			continue;
+		/* its call answered (we met), unless to a later barrier */
+		if (ss__rounds_after(s->seen[SS_MSG_CALL][p], s->barrier_seq) <=
+		    0)
+			s->called[p] = false;
+	}
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
 			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];
