@@ -545,7 +545,12 @@ Test(sync, a_rank_late_to_a_barrier_held_without_it_meets_the_next,
  * out for it (4 x the round timeout + 5 s) and their shadow threads
  * failed the job (link-flap on the soft-RoCE cluster, a second flap that
  * the load made between hosts 0 and 1: "barrier 3: rank 2's last barrier
- * message was 2").  Every rank runs rounds
+ * message was 2").  While 0-1 is down, rank 2 sees both come to a barrier
+ * and ranks 0 and 1 each see only rank 2: the members must still agree
+ * (before, rank 1 decided for itself that 2 was a member while rank 2
+ * followed rank 0, which left 1 out, and rank 1 waited round after round
+ * for a rank that took it for none: link-flap, rank 1 back through rank 2
+ * before its connection to rank 0 was),.  Every rank runs rounds
  * until all three are members of one another again; no round may fail.
  */
 #define UNSEEN_TIMEOUT_MS 300
@@ -636,6 +641,21 @@ Test(sync, a_flap_between_two_ranks_brings_the_third_to_their_barriers,
 	ss_sync_options_init(&job.opts, SS_SYNC_MA);
 	job.opts.round_timeout_ms = UNSEEN_TIMEOUT_MS;
 	run(&job);
+	/* after each barrier, a member of a member's is a member of its */
+	for (int b = 0; b < UNSEEN_BARRIERS; b++)
+		for (int r = 0; r < job.world; r++)
+			for (int q = 0; q < job.world; q++) {
+				int mr = unseen_rec->members[r][b] - 1,
+				    mq = unseen_rec->members[q][b] - 1;
+
+				if (mr < 0 || mq < 0 || !(mr >> q & 1))
+					continue;
+				cr_assert(mq >> r & 1,
+					  "after barrier %d rank %d has rank "
+					  "%d for a member (members 0x%x), "
+					  "which has not it (0x%x)",
+					  b, r, q, mr, mq);
+			}
 	cr_assert_float_eq(spread(&job), 0, 1e-6,
 			   "the ranks ended on different replicas");
 	munmap(unseen_rec, sizeof(*unseen_rec));

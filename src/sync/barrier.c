@@ -229,6 +229,16 @@ static void ss_publish(struct ss_sync *s, const bool *came, uint64_t *set,
 	__atomic_store_n(tag_at, tag, __ATOMIC_RELEASE);
 }
 
+/* @set, as READ from the rank we follow, into our decided set of @slot,
+ * then @tag: for the ranks that follow us in turn. */
+static void ss_relay(struct ss_sync *s, const uint64_t *set, int slot,
+		     uint32_t tag)
+{
+	memcpy(ss__state_set(s->state, s->world, slot, 1), set,
+	       ss__set_words(s->world) * sizeof(*set));
+	__atomic_store_n(&s->state->decided_tag[slot], tag, __ATOMIC_RELEASE);
+}
+
 /*
  * While we agree on who came: a peer back on its connection to us since
  * our second half, whose message for this barrier is here now, still gets
@@ -289,6 +299,17 @@ static const uint64_t *ss_wait_view(struct ss_sync *s, int p, bool decided,
  * back through the decider like a rank cut off by a partition.  When the
  * decider cannot be read (it left at once, say at the job's end), each
  * keeps what it saw, as before.
+ *
+ * The ranks' views differ exactly when some did not see others come, so
+ * the lowest rank each one saw come is not the same rank everywhere: with
+ * the connection 0-1 down, rank 2 saw 0 and 1 come and follows rank 0,
+ * whose decision leaves 1 out, while rank 1 saw only 2 and decided for
+ * itself that 2 was a member (it then waited round after round for a rank
+ * that took it for none: link-flap, rank 1 back through rank 2 before its
+ * connection to rank 0 was).  So a decider also drops a rank that saw a
+ * rank below the decider come, which it follows instead; and each rank
+ * publishes the decision it adopted, for a rank that took it for the
+ * decider (it saw us come, not the one we follow).
  */
 static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 {
@@ -311,8 +332,12 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 			ss_log_debug("sync: barrier %u: rank %d's decision "
 				     "did not come; keeping ours",
 				     s->barrier_seq, decider);
+			ss_publish(s, came,
+				   ss__state_set(s->state, s->world, slot, 1),
+				   &s->state->decided_tag[slot], tag);
 			return;
 		}
+		ss_relay(s, set, slot, tag);
 		if (!ss_bit(set, s->rank)) {
 			ss_log_warn("sync: rank %d was left out of barrier "
 				    "%u by rank %d: going on alone until it "
@@ -345,6 +370,16 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 		else
 			came[p] = false;
 	}
+	/* one that saw a rank below us come follows that one's decision */
+	for (int q = 0; sets && q < s->world; q++)
+		for (int p = 0; came[q] && p < s->rank; p++)
+			if (ss_bit(sets + (size_t)q * words, p)) {
+				ss_log_debug("sync: barrier %u: rank %d saw "
+					     "rank %d come, which it follows: "
+					     "left out",
+					     s->barrier_seq, q, p);
+				came[q] = false;
+			}
 	for (bool again = sets != NULL; again;) {
 		again = false;
 		for (int q = 0; q < s->world; q++)
