@@ -461,6 +461,11 @@ int ss__barrier(struct ss_sync *s)
 		if (ss__rounds_after(s->seen[SS_MSG_CALL][p], s->barrier_seq) <=
 		    0)
 			s->called[p] = false;
+		if (!came[p]) {
+			s->dropped_until[p] = ss_deadline_ns(s->timeout_ms);
+			s->dropped_epoch[p] =
+				ss_fabric_peer_epoch(s->fabric, p);
+		}
 	}
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {

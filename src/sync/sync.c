@@ -280,6 +280,8 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->center_unsure = calloc(w, sizeof(bool));
 	s->joining = calloc(w, sizeof(bool));
 	s->called = calloc(w, sizeof(bool));
+	s->dropped_until = calloc(w, sizeof(uint64_t));
+	s->dropped_epoch = calloc(w, sizeof(uint32_t));
 	s->came_seen = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
 	s->easgd_early = calloc(w, sizeof(bool));
@@ -304,10 +306,11 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->view_read_epoch || !s->center_unsure || !s->joining ||
-	    !s->called || !s->came_seen || !s->barrier_sent ||
-	    !s->easgd_early || !s->easgd_early_round || !s->in_flight ||
-	    !s->flight_start_ns || !s->flight_bytes || !s->left_out_count ||
-	    !s->bandwidth || !s->member_index || !s->left)
+	    !s->called || !s->dropped_until || !s->dropped_epoch ||
+	    !s->came_seen || !s->barrier_sent || !s->easgd_early ||
+	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
+	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
+	    !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -435,6 +438,8 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->center_unsure);
 	free(s->joining);
 	free(s->called);
+	free(s->dropped_until);
+	free(s->dropped_epoch);
 	free(s->came_seen);
 	free(s->barrier_sent);
 	free(s->reads_ok);
@@ -566,9 +571,12 @@ bool ss__barrier_due(const struct ss_sync *s)
 		 * A rank out of the members that is here and has not left
 		 * (it came late to a barrier we passed, and went on alone):
 		 * take it in again.  It runs this barrier too, for the same
-		 * reason, and we meet.
+		 * reason, and we meet.  Not at once when the agreement just
+		 * left it out, on this connection.
 		 */
-		if (!member)
+		if (!member && !(s->dropped_epoch[p] ==
+					 ss_fabric_peer_epoch(s->fabric, p) &&
+				 ss_now_ns() < s->dropped_until[p]))
 			return true;
 	}
 	return false;

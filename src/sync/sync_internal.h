@@ -240,6 +240,16 @@ struct ss_sync {
 	/* it called us to a barrier (SS_MSG_CALL, its number in
 	 * seen[SS_MSG_CALL]): our next round is a barrier */
 	bool *called;
+	/*
+	 * A rank that came to our last barrier and that the agreement left
+	 * out (it and the decider do not reach each other): until
+	 * dropped_until[p] (ns), on the connection of epoch dropped_epoch[p],
+	 * it is no reason for another barrier, which would only leave it out
+	 * again (while a connection stayed down, the ranks held barrier after
+	 * barrier and no round).
+	 */
+	uint64_t *dropped_until;
+	uint32_t *dropped_epoch;
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	struct ss__state *state; /* ours, in SS_R_STATE */
 	struct ss__state *view; /* a peer's, as last READ (ss__read_view) */
