@@ -537,6 +537,138 @@ Test(sync, a_rank_late_to_a_barrier_held_without_it_meets_the_next,
 }
 
 /*
+ * One connection flaps, 0-1, and rank 2 sees nothing of it: ranks 0 and 1
+ * each lose a member and hold a barrier to re-divide, then take each other
+ * back at another.  Rank 2 must come to those barriers, though its own
+ * members never changed: before, it took members waiting in a barrier for
+ * ranks out of its rounds and waited alone, while they waited the barrier
+ * out for it (4 x the round timeout + 5 s) and their shadow threads
+ * failed the job (link-flap on the soft-RoCE cluster, a second flap that
+ * the load made between hosts 0 and 1: "barrier 3: rank 2's last barrier
+ * message was 2").  While 0-1 is down, rank 2 sees both come to a barrier
+ * and ranks 0 and 1 each see only rank 2: the members must still agree
+ * (before, rank 1 decided for itself that 2 was a member while rank 2
+ * followed rank 0, which left 1 out, and rank 1 waited round after round
+ * for a rank that took it for none: link-flap, rank 1 back through rank 2
+ * before its connection to rank 0 was), and a rank left out is not let in
+ * again at once on the same connections (before, the three held barrier
+ * after barrier and no round until 0-1 was back).  Every rank runs rounds
+ * until all three are members of one another again; no round may fail.
+ */
+#define UNSEEN_TIMEOUT_MS 300
+#define UNSEEN_BARRIERS 64
+
+struct unseen_record {
+	int back[MAXW]; /* 3 members again, after a barrier */
+	/* after barrier b, rank r's members (a bit a rank) plus 1; 0: none */
+	int members[MAXW][UNSEEN_BARRIERS];
+	uint32_t barriers[MAXW]; /* barriers held in all */
+};
+
+static struct unseen_record *unseen_rec;
+
+static bool unseen_all_back(int world)
+{
+	for (int r = 0; r < world; r++)
+		if (!__atomic_load_n(&unseen_rec->back[r], __ATOMIC_ACQUIRE))
+			return false;
+	return true;
+}
+
+/* A round, and after a barrier who the members are. */
+static int unseen_round(struct ss_sync *s, int rank)
+{
+	uint32_t was = s->barrier_seq;
+	int rc = ss_sync_round(s), mask = 0;
+
+	if (s->barrier_seq == was || s->barrier_seq - 1 >= UNSEEN_BARRIERS)
+		return rc;
+	for (int p = 0; p < s->world; p++)
+		if (s->member_index[p] >= 0)
+			mask |= 1 << p;
+	unseen_rec->members[rank][s->barrier_seq - 1] = mask + 1;
+	return rc;
+}
+
+static int body_flap_unseen(struct ss_sync *s, int rank, struct job *job)
+{
+	uint64_t deadline = ss_deadline_ns(60000);
+	uint32_t before;
+	int rc;
+
+	fail_if(unseen_round(s, rank), "the round before the flap");
+	before = s->barrier_seq;
+	if (rank == 0) {
+		pthread_mutex_lock(&s->fabric_lock);
+		ss_fabric_fail_peer(s->fabric, 1, "the test's flap of 0-1");
+		pthread_mutex_unlock(&s->fabric_lock);
+	}
+	while (!unseen_all_back(job->world)) {
+		bool back;
+
+		rc = unseen_round(s, rank);
+		fail_if(rc, "a round after the flap (barrier %u): %s",
+			s->barrier_seq, ss_strerror(rc));
+		back = s->n_members == job->world && s->barrier_seq != before;
+		for (int p = 0; p < job->world; p++)
+			back = back && (p == rank ||
+					(ss_fabric_peer_ok(s->fabric, p) &&
+					 s->epoch[p] == ss_fabric_peer_epoch(
+								s->fabric, p)));
+		__atomic_store_n(&unseen_rec->back[rank], back,
+				 __ATOMIC_RELEASE);
+		fail_if(ss_deadline_passed(deadline),
+			"the ranks never were 3 members again (here %d, "
+			"barrier %u)",
+			s->n_members, s->barrier_seq);
+	}
+	/* rounds among the three, which leave them on one replica */
+	for (int r = 0; r < 2; r++)
+		fail_if(unseen_round(s, rank), "round %d after", r);
+	unseen_rec->barriers[rank] = s->barrier_seq;
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, a_flap_between_two_ranks_brings_the_third_to_their_barriers,
+     .timeout = 180)
+{
+	struct job job = { .world = 3,
+			   .body = body_flap_unseen,
+			   .init = init_distinct };
+
+	unseen_rec = mmap(NULL, sizeof(*unseen_rec), PROT_READ | PROT_WRITE,
+			  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	cr_assert_neq(unseen_rec, MAP_FAILED);
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.round_timeout_ms = UNSEEN_TIMEOUT_MS;
+	run(&job);
+	/* after each barrier, a member of a member's is a member of its */
+	for (int b = 0; b < UNSEEN_BARRIERS; b++)
+		for (int r = 0; r < job.world; r++)
+			for (int q = 0; q < job.world; q++) {
+				int mr = unseen_rec->members[r][b] - 1,
+				    mq = unseen_rec->members[q][b] - 1;
+
+				if (mr < 0 || mq < 0 || !(mr >> q & 1))
+					continue;
+				cr_assert(mq >> r & 1,
+					  "after barrier %d rank %d has rank "
+					  "%d for a member (members 0x%x), "
+					  "which has not it (0x%x)",
+					  b, r, q, mr, mq);
+			}
+	/* 0-1 is down for the first retry (0.5 s): a barrier or two */
+	for (int r = 0; r < job.world; r++)
+		cr_assert_lt(unseen_rec->barriers[r], 10,
+			     "rank %d held %u barriers", r,
+			     unseen_rec->barriers[r]);
+	cr_assert_float_eq(spread(&job), 0, 1e-6,
+			   "the ranks ended on different replicas");
+	munmap(unseen_rec, sizeof(*unseen_rec));
+}
+
+/*
  * Rounds with rank 1 300 ms late to each (the round timeout 3 s): rank 0
  * waits for it every time, and each round is the next.
  */

@@ -23,6 +23,22 @@ static size_t ss_barrier_word(const struct ss_sync *s, int p)
 }
 
 /*
+ * Whether @p is in a later barrier, which it held without us: a barrier
+ * message of the next one with no DONE of this one before it (a peer that
+ * met us here says DONE before it leaves, and we have not said ours, so it
+ * cannot have left with us), or one further on.
+ */
+static bool ss_ahead_without_us(const struct ss_sync *s, int p)
+{
+	int32_t ahead =
+		ss__rounds_after(s->seen[SS_MSG_BARRIER][p], s->barrier_seq);
+
+	return ahead >= 2 ||
+	       (ahead == 1 && ss__rounds_after(s->seen[SS_MSG_BARRIER_DONE][p],
+					       s->barrier_seq) < 0);
+}
+
+/*
  * The barrier's second half.  A peer's barrier message comes after
  * everything it sent before it (one ordered queue pair), so once we have
  * every peer's, we have consumed what they sent for earlier rounds, and
@@ -32,11 +48,16 @@ static size_t ss_barrier_word(const struct ss_sync *s, int p)
  * peer had yet to read (an S-EASGD delta then counted twice and another
  * lost; the round after a barrier often has the parity of the one before).
  */
-/* Whether @p came to this barrier: its message is here, and it takes part. */
+/*
+ * Whether @p came to this barrier: its message is here, and it takes part.
+ * Not one whose message is of a later barrier that it held without us: it
+ * did not come to this one (it came back on its connection to us during
+ * our second half, say), never says DONE here, and waits for us there.
+ */
 static bool ss_came(const struct ss_sync *s, int p)
 {
 	return p != s->rank && ss__got(s, SS_MSG_BARRIER, p) &&
-	       ss__expected(s, SS_MSG_BARRIER, p);
+	       ss__expected(s, SS_MSG_BARRIER, p) && !ss_ahead_without_us(s, p);
 }
 
 /* Our barrier message to @p, once per barrier (ss__barrier may repeat). */
@@ -52,25 +73,17 @@ static void ss_barrier_send(struct ss_sync *s, int p)
 
 /*
  * Whether @p held our barrier without us, which its message numbered past
- * it says: a barrier message of the next one with no DONE of this one
- * before it (a peer that met us here says DONE before it leaves, and we
- * have not said ours, so it cannot have left with us), or one further on.
- * After a link's outage the ranks count barriers apart: those that held
- * one without us are ahead, and wait for our message with their number
- * while we would wait for their DONE of ours, which they never send.
+ * it says (ss_ahead_without_us).  After a link's outage the ranks count
+ * barriers apart: those that held one without us are ahead, and wait for
+ * our message with their number while we would wait for their DONE of
+ * ours, which they never send.
  * Only a member counts: ranks that each went on with their own members
  * (a partition both sides lived through) meet again through
  * ss__rejoin(), the side cut off giving up what it trained alone.
  */
 static bool ss_held_without_us(const struct ss_sync *s, int p)
 {
-	int32_t ahead =
-		ss__rounds_after(s->seen[SS_MSG_BARRIER][p], s->barrier_seq);
-
-	return s->member_index[p] >= 0 &&
-	       (ahead >= 2 ||
-		(ahead == 1 && ss__rounds_after(s->seen[SS_MSG_BARRIER_DONE][p],
-						s->barrier_seq) < 0));
+	return s->member_index[p] >= 0 && ss_ahead_without_us(s, p);
 }
 
 /*
@@ -133,7 +146,8 @@ static int ss_barrier_gather(struct ss_sync *s, bool numbered, unsigned wait_ms,
  * A peer that comes back while we wait here still gets our barrier
  * message (it waits for it in its own first half), and we wait for its
  * message in turn, as the first half would have: then it has come, gets
- * our DONE and we wait for its.
+ * our DONE and we wait for its.  Not when the message it sent is of a
+ * later barrier, held without us: we meet it there, after this one.
  */
 static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 {
@@ -151,7 +165,8 @@ static int ss_barrier_done(struct ss_sync *s, uint64_t deadline)
 				late[p] = true;
 			}
 			if (!ss_came(s, p)) {
-				all = all && !(late[p] && expected);
+				all = all && !(late[p] && expected &&
+					       !ss_ahead_without_us(s, p));
 				continue;
 			}
 			if (!done_sent[p]) {
@@ -214,6 +229,42 @@ static void ss_publish(struct ss_sync *s, const bool *came, uint64_t *set,
 	__atomic_store_n(tag_at, tag, __ATOMIC_RELEASE);
 }
 
+/* @set, as READ from the rank we follow, into our decided set of @slot,
+ * then @tag: for the ranks that follow us in turn. */
+static void ss_relay(struct ss_sync *s, const uint64_t *set, int slot,
+		     uint32_t tag)
+{
+	memcpy(ss__state_set(s->state, s->world, slot, 1), set,
+	       ss__set_words(s->world) * sizeof(*set));
+	__atomic_store_n(&s->state->decided_tag[slot], tag, __ATOMIC_RELEASE);
+}
+
+/*
+ * While we agree on who came: a peer back on its connection to us since
+ * our second half, whose message for this barrier is here now, still gets
+ * ours and our DONE, but is neither waited for nor counted (who came is
+ * published).  It waits in its first half for every peer it expects, and
+ * holds up with its DONE the peers it met there: before, one of those was
+ * the rank whose view we waited for, and the three waited out the barrier
+ * (4 x the round timeout + 5 s).  Now it counts us, and takes the decision
+ * of the lowest rank it saw come, which leaves it out until the next
+ * barrier.  Not a peer that sent us nothing here: a new process, say,
+ * which would take our number to join through and be left out.
+ */
+static void ss_barrier_answer_late(struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++) {
+		if (!ss_came(s, p))
+			continue;
+		ss_barrier_send(s, p);
+		if (!s->done_sent[p]) {
+			s->done_sent[p] = true;
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_BARRIER_DONE);
+		}
+	}
+}
+
 /* Poll @p's state until its slot of this barrier holds this barrier's tag
  * for the set asked (came or decided), and return that set, valid until
  * the next READ of a view; NULL when @p failed or @deadline passed. */
@@ -230,6 +281,7 @@ static const uint64_t *ss_wait_view(struct ss_sync *s, int p, bool decided,
 		if (view && (decided ? view->decided_tag[slot] :
 				       view->came_tag[slot]) == tag)
 			return ss__state_set(view, s->world, slot, decided);
+		ss_barrier_answer_late(s);
 		ss__pump(s, 1);
 	}
 	return NULL;
@@ -247,6 +299,17 @@ static const uint64_t *ss_wait_view(struct ss_sync *s, int p, bool decided,
  * back through the decider like a rank cut off by a partition.  When the
  * decider cannot be read (it left at once, say at the job's end), each
  * keeps what it saw, as before.
+ *
+ * The ranks' views differ exactly when some did not see others come, so
+ * the lowest rank each one saw come is not the same rank everywhere: with
+ * the connection 0-1 down, rank 2 saw 0 and 1 come and follows rank 0,
+ * whose decision leaves 1 out, while rank 1 saw only 2 and decided for
+ * itself that 2 was a member (it then waited round after round for a rank
+ * that took it for none: link-flap, rank 1 back through rank 2 before its
+ * connection to rank 0 was).  So a decider also drops a rank that saw a
+ * rank below the decider come, which it follows instead; and each rank
+ * publishes the decision it adopted, for a rank that took it for the
+ * decider (it saw us come, not the one we follow).
  */
 static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 {
@@ -269,8 +332,12 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 			ss_log_debug("sync: barrier %u: rank %d's decision "
 				     "did not come; keeping ours",
 				     s->barrier_seq, decider);
+			ss_publish(s, came,
+				   ss__state_set(s->state, s->world, slot, 1),
+				   &s->state->decided_tag[slot], tag);
 			return;
 		}
+		ss_relay(s, set, slot, tag);
 		if (!ss_bit(set, s->rank)) {
 			ss_log_warn("sync: rank %d was left out of barrier "
 				    "%u by rank %d: going on alone until it "
@@ -303,6 +370,16 @@ static void ss_barrier_agree(struct ss_sync *s, bool *came, uint64_t deadline)
 		else
 			came[p] = false;
 	}
+	/* one that saw a rank below us come follows that one's decision */
+	for (int q = 0; sets && q < s->world; q++)
+		for (int p = 0; came[q] && p < s->rank; p++)
+			if (ss_bit(sets + (size_t)q * words, p)) {
+				ss_log_debug("sync: barrier %u: rank %d saw "
+					     "rank %d come, which it follows: "
+					     "left out",
+					     s->barrier_seq, q, p);
+				came[q] = false;
+			}
 	for (bool again = sets != NULL; again;) {
 		again = false;
 		for (int q = 0; q < s->world; q++)
@@ -375,7 +452,21 @@ int ss__barrier(struct ss_sync *s)
 	agree_by = ss_deadline_ns(s->timeout_ms);
 	if (deadline < agree_by)
 		deadline = agree_by;
+	memcpy(s->came_seen, came, (size_t)s->world * sizeof(bool));
 	ss_barrier_agree(s, came, deadline);
+	for (int p = 0; p < s->world; p++) {
+		if (!s->came_seen[p])
+			continue;
+		/* its call answered (we met), unless to a later barrier */
+		if (ss__rounds_after(s->seen[SS_MSG_CALL][p], s->barrier_seq) <=
+		    0)
+			s->called[p] = false;
+		if (!came[p]) {
+			s->dropped_until[p] = ss_deadline_ns(s->timeout_ms);
+			s->dropped_epoch[p] =
+				ss_fabric_peer_epoch(s->fabric, p);
+		}
+	}
 	for (int p = 0; p < s->world; p++) {
 		if (came[p]) {
 			uint32_t theirs = s->ctrl[ss_barrier_word(s, p)];

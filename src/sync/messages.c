@@ -100,6 +100,12 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 		s->joining[c->peer] = true;
 		return;
 	}
+	if (kind == SS_MSG_CALL) {
+		if (!s->called[c->peer])
+			ss_log_debug("sync: rank %d calls us to its barrier %u",
+				     c->peer, round);
+		s->called[c->peer] = true;
+	}
 	if (ss__round_kind(kind) || kind == SS_MSG_SKIP)
 		ss_round_message(s, kind, c->peer, round);
 	else
@@ -109,21 +115,21 @@ static void ss_sync_message(struct ss_sync *s, const struct ss_completion *c)
 /* One of our operations completed: in flight no more; its bandwidth. */
 static void ss_op_done(struct ss_sync *s, const struct ss_completion *c)
 {
-	int p = c->peer;
+	int p = c->peer, kind = SS_WR_KIND(c->wr_id);
 
 	s->outstanding--;
 	if (p < 0 || p >= s->world)
 		return;
-	if (c->status && ss__counts_barriers(SS_WR_KIND(c->wr_id)))
+	if (c->status && ss__counts_barriers(kind))
 		ss_log_debug("sync: barrier %u: our %s to peer %d failed: %s",
 			     s->barrier_seq,
-			     SS_WR_KIND(c->wr_id) == SS_MSG_BARRIER ?
-				     "message" :
-				     "DONE",
+			     kind == SS_MSG_BARRIER ? "message" :
+			     kind == SS_MSG_CALL    ? "call" :
+						      "DONE",
 			     p, ss_strerror(c->status));
 	if (c->op == SS_OP_READ && c->status == 0)
 		s->reads_ok[p] = true;
-	if (c->status && SS_WR_KIND(c->wr_id) == SS_MSG_EASGD) {
+	if (c->status && kind == SS_MSG_EASGD) {
 		/* the delta left our replica and never reached the center */
 		pthread_mutex_lock(&s->lock);
 		s->easgd_dropped++;
@@ -174,6 +180,14 @@ bool ss__expected(const struct ss_sync *s, int kind, int p)
 		       (!s->left[p] || s->joining[p]) &&
 		       (!s->barrier_members_only || s->member_index[p] >= 0);
 	return ss__alive(s, p);
+}
+
+void ss__call_peers(struct ss_sync *s)
+{
+	for (int p = 0; p < s->world; p++)
+		if (p != s->rank && ss_fabric_peer_ok(s->fabric, p))
+			ss__send(s, p, SS_R_SNAP, 0, SS_R_INBOX, 0, 0,
+				 SS_MSG_CALL);
 }
 
 bool ss__join_wanted(const struct ss_sync *s)

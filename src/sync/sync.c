@@ -279,6 +279,10 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 	s->view_read_epoch = calloc(w, sizeof(uint32_t));
 	s->center_unsure = calloc(w, sizeof(bool));
 	s->joining = calloc(w, sizeof(bool));
+	s->called = calloc(w, sizeof(bool));
+	s->dropped_until = calloc(w, sizeof(uint64_t));
+	s->dropped_epoch = calloc(w, sizeof(uint32_t));
+	s->came_seen = calloc(w, sizeof(bool));
 	s->barrier_sent = calloc(w, sizeof(bool));
 	s->easgd_early = calloc(2 * w, sizeof(bool));
 	s->easgd_early_round = calloc(2 * w, sizeof(uint32_t));
@@ -302,9 +306,11 @@ static int ss_sync_alloc_peers(struct ss_sync *s)
 		ok = false;
 	if (!ok || !s->reads_ok || !s->left_out || !s->paused || !s->epoch ||
 	    !s->view_read_epoch || !s->center_unsure || !s->joining ||
-	    !s->barrier_sent || !s->easgd_early || !s->easgd_early_round ||
-	    !s->in_flight || !s->flight_start_ns || !s->flight_bytes ||
-	    !s->left_out_count || !s->bandwidth || !s->member_index || !s->left)
+	    !s->called || !s->dropped_until || !s->dropped_epoch ||
+	    !s->came_seen || !s->barrier_sent || !s->easgd_early ||
+	    !s->easgd_early_round || !s->in_flight || !s->flight_start_ns ||
+	    !s->flight_bytes || !s->left_out_count || !s->bandwidth ||
+	    !s->member_index || !s->left)
 		return ss_error_set(-ENOMEM, NULL, NULL,
 				    "sync state of %d peers", s->world);
 	return 0;
@@ -431,6 +437,10 @@ void ss_sync_destroy(struct ss_sync **sync)
 	free(s->view_read_epoch);
 	free(s->center_unsure);
 	free(s->joining);
+	free(s->called);
+	free(s->dropped_until);
+	free(s->dropped_epoch);
+	free(s->came_seen);
 	free(s->barrier_sent);
 	free(s->reads_ok);
 	free(s->easgd_early);
@@ -551,12 +561,22 @@ bool ss__barrier_due(const struct ss_sync *s)
 		if (!ok || s->left[p])
 			continue;
 		/*
+		 * A peer called us to the barrier it holds: its members
+		 * change for a reason that may be its own (one of its
+		 * connections failed or came back), and it waits for us.
+		 */
+		if (s->called[p])
+			return true;
+		/*
 		 * A rank out of the members that is here and has not left
 		 * (it came late to a barrier we passed, and went on alone):
 		 * take it in again.  It runs this barrier too, for the same
-		 * reason, and we meet.
+		 * reason, and we meet.  Not at once when the agreement just
+		 * left it out, on this connection.
 		 */
-		if (!member)
+		if (!member && !(s->dropped_epoch[p] ==
+					 ss_fabric_peer_epoch(s->fabric, p) &&
+				 ss_now_ns() < s->dropped_until[p]))
 			return true;
 	}
 	return false;
@@ -634,8 +654,10 @@ static int ss_round(struct ss_sync *s, bool may_barrier)
 		if (h >= 0)
 			return ss__rejoin(s, h);
 	}
-	if (may_barrier && ss__barrier_due(s))
+	if (may_barrier && ss__barrier_due(s)) {
+		ss__call_peers(s);
 		return ss__barrier(s);
+	}
 
 	/*
 	 * A peer out of the round must not look, once 2^27 rounds have wrapped

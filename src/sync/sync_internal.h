@@ -95,6 +95,9 @@ enum ss_msg {
 		      * your slot may still be in use): do not wait for me,
 		      * and catch up */
 	SS_MSG_LEAVE, /* I am done: go on without me, my shards re-divided */
+	SS_MSG_CALL, /* my members change (one failed, came back or asked to
+		      * join, which you may not have seen): come to the
+		      * barrier I hold, numbered as this */
 	SS_MSG_KINDS
 };
 #define SS_IMM(kind, round) (((uint32_t)(kind) << 28) | ((round)&0x0fffffffu))
@@ -239,11 +242,25 @@ struct ss_sync {
 	 */
 	bool *center_unsure;
 	bool *joining; /* asked to join: our next round is a barrier */
+	/* it called us to a barrier (SS_MSG_CALL, its number in
+	 * seen[SS_MSG_CALL]): our next round is a barrier */
+	bool *called;
+	/*
+	 * A rank that came to our last barrier and that the agreement left
+	 * out (it and the decider do not reach each other): until
+	 * dropped_until[p] (ns), on the connection of epoch dropped_epoch[p],
+	 * it is no reason for another barrier, which would only leave it out
+	 * again (while a connection stayed down, the ranks held barrier after
+	 * barrier and no round).
+	 */
+	uint64_t *dropped_until;
+	uint32_t *dropped_epoch;
 	bool *barrier_sent; /* within a barrier: our message went to it */
 	struct ss__state *state; /* ours, in SS_R_STATE */
 	struct ss__state *view; /* a peer's, as last READ (ss__read_view) */
 	const float **parts; /* a round's contributions, one a peer */
 	bool *came, *done_sent, *late; /* a barrier's, a rank each */
+	bool *came_seen; /* a barrier's: who came, before the agreement */
 	int *member_rank; /* the rank of each member, by its place */
 	int hma_group; /* hma.c: ranks a group for these members (1: flat) */
 	int *hma_peers; /* hma.c: whom a round talks to */
@@ -386,7 +403,8 @@ static inline int32_t ss__rounds_after(uint32_t a, uint32_t b)
 /* Whether messages of @kind carry the barrier's number, not the round's. */
 static inline bool ss__counts_barriers(int kind)
 {
-	return kind == SS_MSG_BARRIER || kind == SS_MSG_BARRIER_DONE;
+	return kind == SS_MSG_BARRIER || kind == SS_MSG_BARRIER_DONE ||
+	       kind == SS_MSG_CALL;
 }
 
 /* Index of @p's entry for rounds of @round's parity in arrived[]. */
@@ -529,11 +547,12 @@ int ss__rejoin(struct ss_sync *s, int h);
 
 /*
  * ss__barrier_due() - whether the next round must be a barrier instead: a
- * peer asked to join, a member left or failed (the barrier makes the
- * members those that come to it), or a live rank is out of the members
- * (it came late to a barrier we passed).  A member waiting in our next
- * barrier is not a reason: it is left out of rounds until our own next
- * call is that barrier.
+ * peer asked to join or called us to its barrier, a member left or failed
+ * (the barrier makes the members those that come to it), or a live rank
+ * is out of the members (it came late to a barrier we passed).  A member
+ * waiting in our next barrier is not a reason by itself (it may be an
+ * explicit one, ss_sync_barrier's or ss_sync_finish's): it is left out of
+ * rounds until our own next call is that barrier, or it calls us there.
  */
 bool ss__barrier_due(const struct ss_sync *s);
 
@@ -549,6 +568,15 @@ void ss__state_from_replica(struct ss_sync *s);
 
 /* ss__join_wanted() - whether a connected peer asked to join. */
 bool ss__join_wanted(const struct ss_sync *s);
+
+/*
+ * ss__call_peers() - CALL to every connected peer: we hold a barrier
+ * because our members change, for a reason a peer may not have seen (a
+ * connection of ours that failed, a peer back or asking to join at our
+ * end only), and a peer with no reason of its own would wait in rounds
+ * while our barrier waited for it.
+ */
+void ss__call_peers(struct ss_sync *s);
 
 /*
  * ss__pump() - process completions for up to @wait_ms: count our own
