@@ -142,7 +142,9 @@ static int ranks_base; /* this process's block, once taken */
 int ranks_port_base(void)
 {
 	if (ranks_cluster(NULL, NULL))
-		return 20000 + (int)(ranks_test_hash() % 1000) * RANKS_PORTS;
+		return 20000 + (int)(ranks_test_hash() %
+				     ((52000 - 20000) / RANKS_PORTS)) *
+				       RANKS_PORTS;
 	if (!ranks_base)
 		ranks_base = ranks_port_block();
 	return ranks_base;

@@ -53,7 +53,8 @@ void ranks_addrs(int world, int port_base, char buf[][64], const char **addrs);
  * every host).  A test takes its ports from base to base + RANKS_PORTS
  * - 1 and no others: a job's tables listen past its ranks (port + world).
  */
-#define RANKS_PORTS 32
+/* 64: the launch tests' jobs over hosts take ports up to base + 63 */
+#define RANKS_PORTS 64
 int ranks_port_base(void);
 
 /*

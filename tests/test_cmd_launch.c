@@ -557,9 +557,11 @@ static void four_ranks_foreground(char *out, size_t size, int p,
  * than with S-MA after the same rounds, and on one model whose click rate
  * is right (every rank's calibration within 0.9 to 1.1).  With a w_g on
  * every rank and Nesterov counted from w_g, it ended at NE 0.7289 against
- * S-MA's 0.7075, calibration 1.16.
+ * S-MA's 0.7075, calibration 1.16.  300 s: its rounds wait up to 120 s
+ * for a starved rank; starved at nice 19 beside a CPU hog, a run took
+ * 87 to 119 s (2 to 3 s otherwise).
  */
-Test(cmd_launch, bmuf_trains_as_well_as_ma_in_as_many_rounds)
+Test(cmd_launch, bmuf_trains_as_well_as_ma_in_as_many_rounds, .timeout = 300)
 {
 	char ma[16384], bmuf[16384];
 	const char *at;

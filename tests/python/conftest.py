@@ -72,12 +72,15 @@ def pytest_sessionfinish(session):
 _held = []
 
 
-def port_block(size=32):
-    """A block of @size ports no other test of this machine holds (the C
+PORTS = 64  # tests/ranks.h's RANKS_PORTS: the lock files number blocks
+
+
+def port_block():
+    """A block of PORTS ports no other test of this machine holds (the C
     tests' scheme: a lock file a block in /tmp/ss-test-ports)."""
     d = "/tmp/ss-test-ports"
     os.makedirs(d, mode=0o1777, exist_ok=True)
-    blocks = (52000 - 20000) // 32
+    blocks = (52000 - 20000) // PORTS
     first = os.getpid() % blocks
     for i in range(blocks):
         b = (first + i) % blocks
@@ -88,8 +91,8 @@ def port_block(size=32):
             f.close()
             continue
         _held.append(f)
-        _used_ports.update(range(20000 + b * 32, 20000 + b * 32 + 32))
-        return 20000 + b * 32
+        _used_ports.update(range(20000 + b * PORTS, 20000 + (b + 1) * PORTS))
+        return 20000 + b * PORTS
     raise RuntimeError("no free port block")
 
 
