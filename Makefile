@@ -55,11 +55,10 @@ COMMAND := $(O)/bin/shadowsync
 VERBS_TESTS := test_fabric test_sync test_train_sync test_cmd_doctor test_table
 # and in a guest with two NUMA nodes
 NUMA_TESTS := test_sync_numa
-# and across soft-RoCE clusters of two and three guests
-CLUSTER2_TESTS := tests/cluster/fabric
-# (in one boot: host-dies powers a host off, so it comes last)
-CLUSTER3_TESTS := tests/cluster/link-flap tests/cluster/mtu-and-loss \
-	tests/cluster/host-dies
+# and across a soft-RoCE cluster of three guests, in one boot (host-dies
+# powers a host off, so it comes last)
+CLUSTER_TESTS := tests/cluster/fabric tests/cluster/link-flap \
+	tests/cluster/mtu-and-loss tests/cluster/host-dies
 
 # 2-rank jobs under the real launchers: Open MPI's mpirun, and srun on a
 # one-node Slurm the script starts itself (root; skipped otherwise)
@@ -200,11 +199,18 @@ perf-deps:
 check: deps
 	@$(MAKE) --no-print-directory -j$$(nproc) test
 
-# Every test, then the unit tests under ASan+UBSan and the threaded ones
-# under TSan, then an install into a temporary prefix.
+# Every test: the unit tests once, under ASan+UBSan (the plain build's
+# binaries run over verbs in the guests, the threaded ones under TSan
+# too), then the Python tests, the launchers, the simulator, the soft-RoCE
+# guests, and an install into a temporary prefix.
 test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --reset
-	@SS_TEST_TALLY=$(O)/test-tally tests/run --label plain $(TEST_BINS)
+	@$(MAKE) --no-print-directory O=$(O)/asan \
+		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
+		tests fuzz-replay
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label asan $(TEST_SRCS:tests/%.c=$(O)/asan/tests/%)
+	@SS_TEST_TALLY=$(O)/test-tally tests/run --label fuzz-replay \
+		$(FUZZ_NAMES:%=$(O)/asan/fuzz-replay/%)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label python $(PYTHON_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run \
 		--label launchers --scripts $(LAUNCHER_TESTS)
@@ -215,14 +221,8 @@ test: format-check all
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm $(VERBS_TESTS:%=$(O)/tests/%) \
 		$(PYTHON_TESTS)
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --vm-numa $(NUMA_TESTS:%=$(O)/tests/%)
-	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests tests/run --cluster 2 $(CLUSTER2_TESTS)
-	@SS_TEST_TALLY=$(O)/test-tally SS_BIN=$(COMMAND) tests/run --cluster 3 $(CLUSTER3_TESTS)
-	@$(MAKE) --no-print-directory O=$(O)/asan \
-		SAN='-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all' \
-		tests fuzz-replay
-	@SS_TEST_TALLY=$(O)/test-tally tests/run --label asan $(TEST_SRCS:tests/%.c=$(O)/asan/tests/%)
-	@SS_TEST_TALLY=$(O)/test-tally tests/run --label fuzz-replay \
-		$(FUZZ_NAMES:%=$(O)/asan/fuzz-replay/%)
+	@SS_TEST_TALLY=$(O)/test-tally SS_TESTS=$(O)/tests SS_BIN=$(COMMAND) \
+		tests/run --cluster 3 $(CLUSTER_TESTS)
 	@$(MAKE) --no-print-directory O=$(O)/tsan SAN='-fsanitize=thread' \
 		tsan-tests
 	@SS_TEST_TALLY=$(O)/test-tally tests/run --label tsan \
