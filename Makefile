@@ -295,8 +295,8 @@ install: lib command
 		$(DESTDIR)$(PREFIX)/lib/libshadowsync.so
 	install -m 644 include/shadowsync/*.h \
 		$(DESTDIR)$(PREFIX)/include/shadowsync/
-	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' \
-		-e 's|@BLIS_LIB@|$(BLIS_LIB)|' \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		-e 's|@BLIS_LIB@|$(BLIS_LIB)|g' \
 		shadowsync.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/shadowsync.pc
 	install -m 755 $(COMMAND) $(DESTDIR)$(PREFIX)/bin/
 	install -d $(DESTDIR)$(PYTHON_DIR)/shadowsync/examples
