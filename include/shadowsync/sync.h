@@ -11,8 +11,10 @@
  *  - gossip: each round reads one peer's replica and moves toward it.
  *
  * Every algorithm applies its result as `w += target - snapshot`, so what
- * the trainers added while the round ran is kept.  It knows nothing about
- * models.  See docs/algorithms.md for the rules, costs and failure
+ * the trainers added while the round ran is kept, but for a trainer's
+ * store that lands between the apply's load and store of the same float
+ * (Hogwild: that one update is lost; docs/algorithms.md, "Concurrency").
+ * It knows nothing about models.  See docs/algorithms.md for the rules, costs and failure
  * behaviour.
  *
  * Use:
