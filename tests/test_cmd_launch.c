@@ -916,3 +916,24 @@ Test(cmd_launch, a_program_of_the_users_gets_its_rank_and_peers)
 		  "%s", out);
 	cr_assert(strstr(out, "\"test_ne\":0.820000,"), "%s", out);
 }
+
+/*
+ * The shadowsync command itself as the program (`-- shadowsync train`, not
+ * launch's own `-- train`): train finds its rank and peers in launch's
+ * environment (SS_RANK, SS_WORLD, SS_PEERS) as in any launcher's, and
+ * the two ranks train one job, not two worlds of one.
+ */
+Test(cmd_launch, the_command_as_a_program_trains_one_job)
+{
+	char out[16384];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s launch -n 2 --port %d --json -- %s train "
+			     "--data %s/train.txt " MODEL " --threads 1 "
+			     "--progress 0 --json 2>&1",
+			     SS_COMMAND, port(), SS_COMMAND, dir),
+		     0, "%s", out);
+	cr_assert(strstr(out, "{\"rank\":1,\"world\":2,"), "%s", out);
+	cr_assert(strstr(out, "\"failed\":0,\"restarts\":0,\"examples\":6000,"),
+		  "%s", out);
+}

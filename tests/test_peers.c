@@ -251,6 +251,9 @@ static void clear_launchers(void)
 		"OMPI_COMM_WORLD_LOCAL_SIZE",
 		"SLURM_JOB_NODELIST",
 		"TORCHELASTIC_RUN_ID",
+		"SS_RANK",
+		"SS_WORLD",
+		"SS_PEERS",
 	};
 
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
@@ -260,6 +263,7 @@ static void clear_launchers(void)
 Test(peers, rank_from_each_launcher)
 {
 	static const char *const env[][3] = {
+		{ "SS_RANK", "SS_WORLD", "shadowsync launch" },
 		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
 		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
 		{ "PMI_RANK", "PMI_SIZE", "PMI" },
@@ -271,7 +275,7 @@ Test(peers, rank_from_each_launcher)
 	clear_launchers();
 	cr_assert_eq(ss_launcher_rank(&rank, &world, &source), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->hint, "--rank"));
-	for (int i = 0; i < 4; i++) {
+	for (int i = 0; i < 5; i++) {
 		clear_launchers();
 		setenv(env[i][0], "2", 1);
 		setenv(env[i][1], "4", 1);
@@ -431,6 +435,29 @@ Test(peers, a_job_found_as_train_finds_it)
 	cr_assert_eq(ss_job_world(job), 2);
 	cr_assert_str_eq(ss_job_source(job), "torchrun");
 	ss_job_free(&job);
+
+	/* shadowsync launch -- PROGRAM (train among them), inside srun:
+	 * the peers launch gave, its rank, not srun's */
+	static const char *const launch_in_srun[] = {
+		"SLURM_PROCID=0",
+		"SLURM_NTASKS=1",
+		"SLURM_JOB_NODELIST=n1",
+		"SS_RANK=1",
+		"SS_WORLD=2",
+		"SS_PEERS=127.0.0.1:7400,127.0.0.1:7401",
+		NULL
+	};
+	cr_assert_eq(find_job(&job, NULL, -1, launch_in_srun), 0);
+	cr_assert_eq(ss_job_rank(job), 1);
+	cr_assert_eq(ss_job_world(job), 2);
+	cr_assert_str_eq(ss_job_addrs_of(job)[1], "127.0.0.1:7401");
+	cr_assert_str_eq(ss_job_source(job), "shadowsync launch");
+	ss_job_free(&job);
+	static const char *const launch_bad_peers[] = {
+		"SS_RANK=0", "SS_WORLD=2", "SS_PEERS=127.0.0.1:7400,", NULL
+	};
+	cr_assert_eq(find_job(&job, NULL, -1, launch_bad_peers), SS_EUSAGE);
+	cr_assert(strstr(e->what, "SS_PEERS entry 2"), "%s", e->what);
 
 	/* no list, and the tasks on two hosts: nothing to go by */
 	cr_assert_eq(find_job(&job, NULL, -1, mpirun_two_hosts), SS_EUSAGE);

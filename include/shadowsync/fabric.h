@@ -369,11 +369,11 @@ void ss_strings_free(char ***list, int n);
 
 /*
  * ss_launcher_rank() - this process's rank and the world size from the
- * launcher's environment: Slurm (SLURM_PROCID, SLURM_NTASKS), Open MPI
- * (OMPI_COMM_WORLD_RANK, _SIZE), PMI (PMI_RANK, PMI_SIZE) or torchrun
- * (RANK, WORLD_SIZE), the first set in that order, torchrun's first
- * where it set TORCHELASTIC_RUN_ID (it runs inside the others: srun
- * torchrun); @source names which.
+ * launcher's environment: `shadowsync launch` (SS_RANK, SS_WORLD), Slurm
+ * (SLURM_PROCID, SLURM_NTASKS), Open MPI (OMPI_COMM_WORLD_RANK, _SIZE),
+ * PMI (PMI_RANK, PMI_SIZE) or torchrun (RANK, WORLD_SIZE), the first set
+ * in that order, torchrun's first where it set TORCHELASTIC_RUN_ID (it
+ * runs inside the others: srun torchrun); @source names which.
  * Returns 0, or SS_EUSAGE when none is set or they are malformed.
  */
 int ss_launcher_rank(int *rank, int *world, const char **source);
@@ -381,7 +381,8 @@ int ss_launcher_rank(int *rank, int *world, const char **source);
 /*
  * A job's ranks, found as `shadowsync train` finds them: the addresses
  * from @peers ("host[:port],..." in rank order; a host without a port
- * takes @port), else @hostfile (ss_hostfile_read), else Slurm's node list
+ * takes @port), else @hostfile (ss_hostfile_read), else the SS_PEERS that
+ * `shadowsync launch` gave its ranks, else Slurm's node list
  * under srun, else, when the launcher says all its tasks run on this host
  * (torchrun's LOCAL_WORLD_SIZE, Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE),
  * 127.0.0.1:@port + r, else a world of one; this process's rank from
@@ -427,8 +428,8 @@ const char *const *ss_job_addrs_of(const struct ss_job *job);
 
 /*
  * ss_job_source() - who gave the rank: @req->rank_name (the caller's
- * string: valid while it is), the launcher's name ("Slurm", "Open MPI",
- * "PMI", "torchrun"), or NULL (a world of one or a list without a rank:
+ * string: valid while it is), the launcher's name ("shadowsync launch",
+ * "Slurm", "Open MPI", "PMI", "torchrun"), or NULL (a world of one or a list without a rank:
  * rank 0).
  */
 const char *ss_job_source(const struct ss_job *job);

@@ -154,6 +154,11 @@ static int ss_job_addrs(struct ss_job *job, const struct ss_job_request *req,
 			job->addrs[n] = job->owned[n];
 		return n;
 	}
+	/* shadowsync launch -- PROGRAM: the peers it gave its ranks */
+	if (launcher && !strcmp(launcher, "shadowsync launch") &&
+	    getenv("SS_PEERS"))
+		return ss_job_from_list(job, getenv("SS_PEERS"), "SS_PEERS",
+					req->port);
 	if (launcher && nodelist && !strcmp(launcher, "Slurm"))
 		return ss_job_from_slurm(job, nodelist, lworld, req->port);
 	if (launcher && lworld > 1 && ss_job_all_local(lworld)) {

@@ -297,6 +297,8 @@ int ss_launcher_rank(int *rank, int *world, const char **source)
 	static const struct {
 		const char *rank, *size, *name;
 	} launchers[] = {
+		/* shadowsync launch: inside an allocation, its ranks' own */
+		{ "SS_RANK", "SS_WORLD", "shadowsync launch" },
 		{ "SLURM_PROCID", "SLURM_NTASKS", "Slurm" },
 		{ "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "Open MPI" },
 		{ "PMI_RANK", "PMI_SIZE", "PMI" },
@@ -332,6 +334,7 @@ int ss_launcher_rank(int *rank, int *world, const char **source)
 	}
 	return ss_error_set(
 		SS_EUSAGE, "no launcher environment",
-		"give --rank, or start under srun, mpirun, a PMI launcher or torchrun",
+		"give --rank, or start under shadowsync launch, srun, mpirun, a "
+		"PMI launcher or torchrun",
 		"rank");
 }
