@@ -124,7 +124,8 @@ static int wait_one(struct rank_ctx *c, struct ss_completion *out)
  * answer overtakes the acknowledgement).  Such an immediate is kept for
  * wait_imm().
  */
-static int wait_op(struct rank_ctx *c, uint64_t wr_id, enum ss_op op)
+static int wait_op_status(struct rank_ctx *c, uint64_t wr_id, enum ss_op op,
+			  int *status)
 {
 	struct ss_completion comp;
 
@@ -140,8 +141,19 @@ static int wait_op(struct rank_ctx *c, uint64_t wr_id, enum ss_op op)
 		"got %s wr_id %llu, want %s wr_id %llu", ss_op_name(comp.op),
 		(unsigned long long)comp.wr_id, ss_op_name(op),
 		(unsigned long long)wr_id);
-	fail_if(comp.status != 0, "%s completed with %s", ss_op_name(op),
-		ss_strerror(comp.status));
+	*status = comp.status;
+	return 0;
+}
+
+/* The same, and a status other than 0 fails the rank. */
+static int wait_op(struct rank_ctx *c, uint64_t wr_id, enum ss_op op)
+{
+	int status;
+
+	if (wait_op_status(c, wr_id, op, &status))
+		return 1;
+	fail_if(status != 0, "%s completed with %s", ss_op_name(op),
+		ss_strerror(status));
 	return 0;
 }
 
@@ -184,10 +196,8 @@ static int signal_peer(struct rank_ctx *c, int peer, uint32_t imm)
  */
 static int finish_together(struct rank_ctx *c)
 {
-	struct ss_completion comp;
-
 	for (int p = 0; p < c->world; p++) {
-		int rc;
+		int rc, status;
 
 		if (p == c->rank)
 			continue;
@@ -197,22 +207,11 @@ static int finish_together(struct rank_ctx *c)
 			ss_strerror(rc));
 		if (rc != 0)
 			continue;
-		for (;;) {
-			if (wait_one(c, &comp))
-				return 1;
-			if (comp.op != SS_OP_RECV_IMM)
-				break;
-			fail_if(c->n_early == (int)(sizeof(c->early) /
-						    sizeof(c->early[0])),
-				"too many immediates at the last round");
-			c->early[c->n_early++] = comp;
-		}
-		fail_if(comp.op != SS_OP_WRITE_IMM ||
-				comp.wr_id != 1000 + FINAL_MARK ||
-				(comp.status != 0 && comp.status != SS_EPEER),
-			"final mark: %s wr_id %llu completed with %s",
-			ss_op_name(comp.op), (unsigned long long)comp.wr_id,
-			ss_strerror(comp.status));
+		if (wait_op_status(c, 1000 + FINAL_MARK, SS_OP_WRITE_IMM,
+				   &status))
+			return 1;
+		fail_if(status != 0 && status != SS_EPEER,
+			"final mark completed with %s", ss_strerror(status));
 	}
 	while (c->marks < c->world - 1) {
 		struct ss_completion comp;

@@ -429,8 +429,8 @@ const char *const *ss_job_addrs_of(const struct ss_job *job);
 /*
  * ss_job_source() - who gave the rank: @req->rank_name (the caller's
  * string: valid while it is), the launcher's name ("shadowsync launch",
- * "Slurm", "Open MPI", "PMI", "torchrun"), or NULL (a world of one or a list without a rank:
- * rank 0).
+ * "Slurm", "Open MPI", "PMI", "torchrun"), or NULL (a world of one or a
+ * list without a rank: rank 0).
  */
 const char *ss_job_source(const struct ss_job *job);
 

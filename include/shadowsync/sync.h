@@ -14,8 +14,8 @@
  * the trainers added while the round ran is kept, but for a trainer's
  * store that lands between the apply's load and store of the same float
  * (Hogwild: that one update is lost; docs/algorithms.md, "Concurrency").
- * It knows nothing about models.  See docs/algorithms.md for the rules, costs and failure
- * behaviour.
+ * It knows nothing about models.  See docs/algorithms.md for the rules,
+ * costs and failure behaviour.
  *
  * Use:
  *   ss_fabric_open()          the endpoint

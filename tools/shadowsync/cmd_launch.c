@@ -1294,15 +1294,13 @@ static void ss_launch_print_table(const struct ss_launch *l, int failed)
 	for (int r = 0; r < l->n; r++)
 		reported += l->ranks[r].json != NULL;
 	/* a job stopped before any rank's summary has no totals, not 0 */
-	if (!reported && !failed) {
-		printf("  job  no totals: no rank printed a summary line (a "
-		       "stdout line that begins {\"rank\":; train prints "
-		       "one with --json)\n");
-		return;
-	}
 	if (!reported) {
-		printf("  job  no totals: no rank finished (each rank's "
-		       "messages above say how far it got)\n");
+		printf("  job  no totals: %s\n",
+		       failed ? "no rank finished (each rank's messages above "
+				"say how far it got)" :
+				"no rank printed a summary line (a stdout line "
+				"that begins {\"rank\":; train prints one with "
+				"--json)");
 		return;
 	}
 	printf("  job  %.0f examples in %.1f s of training (the slowest rank): %.0f examples/s",
