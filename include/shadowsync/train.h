@@ -69,6 +69,12 @@ int ss_reader_open(struct ss_reader **reader, const char *path, uint64_t begin,
  */
 int ss_reader_next(struct ss_reader *reader, struct ss_example *example);
 
+/*
+ * ss_reader_tell() - the byte where the next line starts: reopened at it,
+ * a reader goes on where this one stopped.
+ */
+uint64_t ss_reader_tell(const struct ss_reader *reader);
+
 /* ss_reader_skipped() - malformed lines skipped so far. */
 uint64_t ss_reader_skipped(const struct ss_reader *reader);
 
@@ -324,6 +330,57 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 #define SS_TRAIN_MAX_PREFETCH 8
 
 /*
+ * Data left to train: bytes [@begin, @end) of the file (a line belongs to
+ * the range holding its first byte), @passes times over.  What a stopped
+ * ss_train() leaves (ss_train_left()), and what a resumed one trains
+ * first (ss_train_options.resume).
+ */
+struct ss_train_range {
+	uint64_t begin, end;
+	uint64_t passes;
+};
+
+/*
+ * A running ss_train() seen from outside: stop it, and see where its
+ * trainers are, for a checkpoint that resumes.  Made by the caller,
+ * handed to ss_train() in its options (one call at a time), read from
+ * any thread.
+ */
+struct ss_train_control;
+
+/* ss_train_control_create() - a new control, not stopped.  0 or -ENOMEM. */
+int ss_train_control_create(struct ss_train_control **ctl);
+
+/* ss_train_control_free() - release it and clear the pointer; NULL is fine. */
+void ss_train_control_free(struct ss_train_control **ctl);
+
+/*
+ * ss_train_stop() - every trainer ends after the batch it is computing
+ * (with sharded tables, after the batches whose rows it has asked for),
+ * and ss_train() returns 0 with the data left in ss_train_left().
+ * Async-signal-safe: a SIGTERM handler may call it.
+ */
+void ss_train_stop(struct ss_train_control *ctl);
+
+/* ss_train_stopping() - whether ss_train_stop() was called. */
+bool ss_train_stopping(const struct ss_train_control *ctl);
+
+/*
+ * ss_train_left() - the data the last ss_train() with @ctl has not
+ * trained: each trainer's open range from the line after its last
+ * computed batch (with its passes still to come), and the resume ranges
+ * no trainer has taken; with a fixed share of the data (no next_range),
+ * that is all of it, and a chunk claimer hands out the rest.  After
+ * ss_train() returns it is exact; while it runs, each trainer's part is
+ * as of its last batch (a checkpoint then holds a little more training
+ * than its ranges say: what was trained while it was saved).  Writes at
+ * most @max ranges to @out and returns how many there are, which may be
+ * more than @max.
+ */
+int ss_train_left(struct ss_train_control *ctl, struct ss_train_range *out,
+		  int max);
+
+/*
  * How to train one rank.  Fill with ss_train_options_init() first (base.h,
  * "Option structs").
  */
@@ -372,6 +429,17 @@ struct ss_train_options {
 	 */
 	struct ss_table *table;
 	int prefetch;
+	/* Optional: stop the call, and see where it is (above). */
+	struct ss_train_control *control;
+	/*
+	 * Resume a stopped call: its ss_train_left() ranges, trained first,
+	 * each by one trainer.  Then, with chunks (next_range), the chunks
+	 * still to claim; without, nothing else: the ranges are all that is
+	 * left (@epochs, @begin and @end unused).  @resume is copied.
+	 */
+	const struct ss_train_range *resume;
+	int n_resume;
+	bool resuming; /* @resume is given (an empty list: nothing left) */
 };
 
 struct ss_train_result {

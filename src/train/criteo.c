@@ -361,6 +361,11 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 	}
 }
 
+uint64_t ss_reader_tell(const struct ss_reader *r)
+{
+	return r->pos;
+}
+
 uint64_t ss_reader_skipped(const struct ss_reader *r)
 {
 	return r->skipped;

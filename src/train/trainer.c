@@ -17,13 +17,30 @@
 #include "base/options.h"
 #include "shadowsync/shadowsync.h"
 
+/* A trainer's range: its bytes, the next line's, the passes to come. */
+struct ss_train_slot {
+	uint64_t begin, end, pos;
+	uint64_t passes; /* this one included */
+	bool open;
+};
+
+struct ss_train_control {
+	pthread_mutex_t lock;
+	int stop; /* set once (a signal handler may), read every batch */
+	int threads;
+	struct ss_train_slot *slots; /* a trainer's, as of its last batch */
+	struct ss_train_range *resume; /* a copy of the options' */
+	int n_resume, resume_next; /* taken so far */
+};
+
 struct ss_trainer {
 	const struct ss_model_config *config;
 	float *params;
 	const struct ss_train_options *opts;
+	struct ss_train_control *ctl;
 	struct ss_optim optim;
 	int index;
-	uint64_t begin, end;
+	struct ss_train_slot cur; /* where its reader is */
 	/* results */
 	uint64_t examples, skipped, ranges;
 	double loss_sum;
@@ -61,32 +78,153 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 	*ne = isnan(ne_now) ? 0 : ne_now;
 }
 
+int ss_train_control_create(struct ss_train_control **ctl)
+{
+	*ctl = calloc(1, sizeof(**ctl));
+	if (!*ctl)
+		return ss_error_set(-ENOMEM, NULL, NULL, "train control");
+	pthread_mutex_init(&(*ctl)->lock, NULL);
+	return 0;
+}
+
+void ss_train_control_free(struct ss_train_control **ctl)
+{
+	if (!ctl || !*ctl)
+		return;
+	pthread_mutex_destroy(&(*ctl)->lock);
+	free((*ctl)->slots);
+	free((*ctl)->resume);
+	free(*ctl);
+	*ctl = NULL;
+}
+
+void ss_train_stop(struct ss_train_control *ctl)
+{
+	__atomic_store_n(&ctl->stop, 1, __ATOMIC_RELAXED);
+}
+
+bool ss_train_stopping(const struct ss_train_control *ctl)
+{
+	return __atomic_load_n(&ctl->stop, __ATOMIC_RELAXED) != 0;
+}
+
+static void ss_left_add(struct ss_train_range *out, int max, int *n,
+			uint64_t begin, uint64_t end, uint64_t passes)
+{
+	if (begin >= end || passes == 0)
+		return;
+	if (*n < max)
+		out[*n] = (struct ss_train_range){ begin, end, passes };
+	++*n;
+}
+
+int ss_train_left(struct ss_train_control *ctl, struct ss_train_range *out,
+		  int max)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&ctl->lock);
+	for (int i = 0; i < ctl->threads; i++) {
+		const struct ss_train_slot *s = &ctl->slots[i];
+
+		if (!s->open)
+			continue;
+		if (s->pos == s->begin) { /* a pass not begun */
+			ss_left_add(out, max, &n, s->begin, s->end, s->passes);
+			continue;
+		}
+		ss_left_add(out, max, &n, s->pos, s->end, 1);
+		ss_left_add(out, max, &n, s->begin, s->end, s->passes - 1);
+	}
+	for (int i = ctl->resume_next; i < ctl->n_resume; i++)
+		ss_left_add(out, max, &n, ctl->resume[i].begin,
+			    ctl->resume[i].end, ctl->resume[i].passes);
+	pthread_mutex_unlock(&ctl->lock);
+	return n;
+}
+
+/* What ss_train_left() says of trainer @t: @s, as of its last batch. */
+static void ss_trainer_publish(struct ss_trainer *t,
+			       const struct ss_train_slot *s)
+{
+	pthread_mutex_lock(&t->ctl->lock);
+	t->ctl->slots[t->index] = *s;
+	pthread_mutex_unlock(&t->ctl->lock);
+}
+
+/* @t->cur with its reader's position. */
+static struct ss_train_slot ss_trainer_where(const struct ss_trainer *t,
+					     const struct ss_reader *reader)
+{
+	struct ss_train_slot s = t->cur;
+
+	if (reader)
+		s.pos = ss_reader_tell(reader);
+	return s;
+}
+
 /*
- * The trainer's next range: the next chunk of the job's data (dynamic), or
- * its own slice again for the next epoch.  Returns 1 with @reader open on
- * it, 0 when the trainer is done, or an error.
+ * A range for @t->cur: a resumed one, or the next chunk.  Returns 1, 0
+ * when there is none, or an error.
  */
-static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
-			   int *epoch)
+static int ss_trainer_take(struct ss_trainer *t)
 {
 	const struct ss_train_options *o = t->opts;
-	uint64_t begin = t->begin, end = t->end;
+	struct ss_train_control *ctl = t->ctl;
+	uint64_t begin, end;
+	int rc = 0;
+
+	pthread_mutex_lock(&ctl->lock);
+	if (ctl->resume_next < ctl->n_resume) {
+		const struct ss_train_range *r = &ctl->resume[ctl->resume_next++];
+
+		t->cur = (struct ss_train_slot){ r->begin, r->end, r->begin,
+						 r->passes, true };
+		rc = 1;
+	}
+	pthread_mutex_unlock(&ctl->lock);
+	if (rc || !o->next_range)
+		return rc;
+	rc = o->next_range(o->range_ctx, &begin, &end);
+	if (rc <= 0)
+		return rc;
+	t->ranges++;
+	t->cur = (struct ss_train_slot){ begin, end, begin, 1, true };
+	return 1;
+}
+
+/*
+ * The trainer's next pass, after one of @t->cur (@passed) or at its
+ * start: the range read again while it has passes to come, else the next
+ * range it takes.  Returns 1 with @reader open on it, 0 when the trainer
+ * is done or stopped, or an error.
+ */
+static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
+			   bool passed)
+{
+	struct ss_train_slot *cur = &t->cur;
 	int rc;
 
 	if (*reader)
 		t->skipped += ss_reader_skipped(*reader);
 	ss_reader_close(reader);
-	if (o->next_range) {
-		rc = o->next_range(o->range_ctx, &begin, &end);
-		if (rc <= 0)
+	if (passed && cur->open && --cur->passes > 0)
+		cur->pos = cur->begin;
+	else if (passed)
+		cur->open = false;
+	for (;;) {
+		if (ss_train_stopping(t->ctl))
+			return 0;
+		if (!cur->open && (rc = ss_trainer_take(t)) <= 0)
 			return rc;
-		t->ranges++;
-	} else if (++*epoch >= o->epochs || begin >= end) {
-		/* the last pass, or a slice with no bytes (more trainers than
-		 * bytes): to a reader, end 0 would be the end of the file */
-		return 0;
+		/* no bytes (more trainers than bytes): to a reader, end 0
+		 * would be the end of the file */
+		if (cur->pos < cur->end && cur->passes > 0)
+			break;
+		cur->open = false;
 	}
-	rc = ss_reader_open(reader, o->data, begin, end, o->bad_lines);
+	rc = ss_reader_open(reader, t->opts->data, cur->pos, cur->end,
+			    t->opts->bad_lines);
 	return rc < 0 ? rc : 1;
 }
 
@@ -116,7 +254,7 @@ static int ss_trainer_account(struct ss_trainer *t,
  * (0 once every range is done) or an error.
  */
 static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
-			   int *epoch, struct ss_example *batch)
+			   struct ss_example *batch)
 {
 	for (;;) {
 		int got = 0, more = 1, rc;
@@ -129,7 +267,7 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 		if (more < 0)
 			return more;
 		if (more == 0) {
-			rc = ss_trainer_next(t, reader, epoch);
+			rc = ss_trainer_next(t, reader, true);
 			if (rc < 0)
 				return rc;
 		}
@@ -145,7 +283,7 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
  */
 static int ss_trainer_run_sharded(struct ss_trainer *t,
 				  struct ss_model_work *work,
-				  struct ss_reader **reader, int *epoch)
+				  struct ss_reader **reader)
 {
 	const struct ss_train_options *o = t->opts;
 	int depth = 1 + o->prefetch, rc = 0, got[SS_TRAIN_MAX_PREFETCH + 1];
@@ -158,6 +296,9 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 		 steps = 0;
 	const float **rows = malloc(per * sizeof(*rows));
 	float *grads = malloc(per * D * sizeof(float));
+	/* where the reader was after each batch in flight: published once
+	 * the batch is computed */
+	struct ss_train_slot where[SS_TRAIN_MAX_PREFETCH + 1];
 	bool finished = false;
 
 	if (!batch || !ids || !gids || !rows || !grads) {
@@ -165,10 +306,12 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 		goto out;
 	}
 	for (;;) {
-		while (!finished && posted - done < (uint64_t)depth) {
+		/* stopped: no more batches read, those read computed */
+		while (!finished && posted - done < (uint64_t)depth &&
+		       !ss_train_stopping(t->ctl)) {
 			int k = (int)(posted % (uint64_t)depth), n;
 
-			n = ss_trainer_read(t, reader, epoch,
+			n = ss_trainer_read(t, reader,
 					    batch + (size_t)k *
 							    (size_t)o->batch);
 			if (n < 0) {
@@ -180,6 +323,7 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 				break;
 			}
 			got[k] = n;
+			where[k] = ss_trainer_where(t, *reader);
 			ss_model_batch_rows(
 				t->config, batch + (size_t)k * (size_t)o->batch,
 				n, ids + (size_t)k * per);
@@ -211,6 +355,7 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 			rc = ss_trainer_account(t, b, got[k], loss, &steps);
 		if (rc < 0)
 			goto out;
+		ss_trainer_publish(t, &where[k]);
 		done++;
 	}
 out:
@@ -229,7 +374,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 	struct ss_reader *reader = NULL;
 	struct ss_example *batch;
 	uint64_t steps = 0;
-	int rc, epoch = -1;
+	struct ss_train_slot at;
+	int rc;
 
 	if (o->topo && o->plan && ss_topo_is_this_machine(o->topo) &&
 	    1 + t->index < o->plan->n_slots &&
@@ -242,9 +388,9 @@ static int ss_trainer_run(struct ss_trainer *t)
 				    t->index);
 	rc = ss_model_work_create(&work, t->config, o->batch);
 	if (rc == 0)
-		rc = ss_trainer_next(t, &reader, &epoch);
+		rc = ss_trainer_next(t, &reader, false);
 	if (rc == 1 && o->table)
-		rc = ss_trainer_run_sharded(t, work, &reader, &epoch);
+		rc = ss_trainer_run_sharded(t, work, &reader);
 	while (rc == 1) {
 		int got = 0, more = 1;
 
@@ -263,11 +409,18 @@ static int ss_trainer_run(struct ss_trainer *t)
 			if ((rc = ss_trainer_account(t, batch, got, loss,
 						     &steps)) < 0)
 				break;
+			at = ss_trainer_where(t, reader);
+			ss_trainer_publish(t, &at);
 			rc = 1;
 		}
 		if (more == 0)
-			rc = ss_trainer_next(t, &reader, &epoch);
+			rc = ss_trainer_next(t, &reader, true);
+		else if (ss_train_stopping(t->ctl))
+			rc = 0;
 	}
+	/* done (nothing open), stopped, or failed: where it is now */
+	at = ss_trainer_where(t, reader);
+	ss_trainer_publish(t, &at);
 	if (o->sync && o->sync_every > 0)
 		ss_sync_foreground_leave(o->sync);
 	if (reader)
@@ -307,24 +460,82 @@ void ss_train_options_init_size(struct ss_train_options *opts, size_t size)
 
 static int ss_train_run(const struct ss_model_config *config, float *params,
 			const struct ss_train_options *o,
+			struct ss_train_control *ctl,
 			struct ss_train_result *result);
+
+/*
+ * @ctl for a call of @threads trainers: the resume ranges copied, and
+ * each trainer's slot its fixed share of [@begin, @end) with its passes
+ * (none with chunks or a resume), so that ss_train_left() is right
+ * before they start.
+ */
+static int ss_train_control_setup(struct ss_train_control *ctl,
+				  const struct ss_train_options *o,
+				  uint64_t begin, uint64_t end)
+{
+	struct ss_train_slot *slots =
+		calloc((size_t)o->threads, sizeof(*slots));
+	struct ss_train_range *resume =
+		malloc(((size_t)o->n_resume + 1) * sizeof(*resume));
+
+	if (!slots || !resume) {
+		free(slots);
+		free(resume);
+		return ss_error_set(-ENOMEM, NULL, NULL, "train control");
+	}
+	for (int i = 0; i < o->n_resume; i++)
+		resume[i] = o->resume[i];
+	for (int i = 0; i < o->threads && !o->next_range && !o->resuming;
+	     i++) {
+		uint64_t b = begin + (end - begin) * (uint64_t)i /
+					     (uint64_t)o->threads;
+
+		slots[i] = (struct ss_train_slot){
+			b,
+			begin + (end - begin) * (uint64_t)(i + 1) /
+					(uint64_t)o->threads,
+			b, (uint64_t)o->epochs, true
+		};
+	}
+	pthread_mutex_lock(&ctl->lock);
+	free(ctl->slots);
+	free(ctl->resume);
+	ctl->slots = slots;
+	ctl->threads = o->threads;
+	ctl->resume = resume;
+	ctl->n_resume = o->n_resume;
+	ctl->resume_next = 0;
+	pthread_mutex_unlock(&ctl->lock);
+	return 0;
+}
 
 int ss_train(const struct ss_model_config *config, float *params,
 	     const struct ss_train_options *opts,
 	     struct ss_train_result *result)
 {
 	struct ss_train_options copy; /* the trainers point at it */
+	struct ss_train_control *own = NULL;
 	int rc;
 
 	memset(result, 0, sizeof(*result));
 	ss_train_options_init(&copy);
 	rc = ss__options_in(&copy, sizeof(copy), opts, sizeof(copy),
 			    "ss_train_options");
-	return rc < 0 ? rc : ss_train_run(config, params, &copy, result);
+	if (rc == 0 && (copy.n_resume < 0 || (copy.n_resume && !copy.resume)))
+		rc = ss_error_set(SS_EUSAGE, "no such list", NULL,
+				  "%d ranges to resume", copy.n_resume);
+	if (rc == 0 && !copy.control)
+		rc = ss_train_control_create(&own);
+	if (rc == 0)
+		rc = ss_train_run(config, params, &copy,
+				  copy.control ? copy.control : own, result);
+	ss_train_control_free(&own);
+	return rc;
 }
 
 static int ss_train_run(const struct ss_model_config *config, float *params,
 			const struct ss_train_options *o,
+			struct ss_train_control *ctl,
 			struct ss_train_result *result)
 {
 	struct ss_trainer *t;
@@ -355,6 +566,9 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 				    "data file '%s'", o->data);
 	if (!end || end > (uint64_t)st.st_size)
 		end = (uint64_t)st.st_size;
+	rc = ss_train_control_setup(ctl, o, begin, end);
+	if (rc < 0)
+		return rc;
 	if (o->sync && o->sync_every > 0) {
 		rc = ss_sync_set_trainers(o->sync, o->threads);
 		if (rc < 0)
@@ -385,17 +599,15 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "trainers");
 		goto out;
 	}
-	/* Each trainer its own slice of this rank's bytes. */
+	/* Each trainer its own slice of this rank's bytes (its slot). */
 	for (int i = 0; i < o->threads; i++) {
 		t[i] = (struct ss_trainer){ .config = config,
 					    .params = params,
 					    .opts = o,
+					    .ctl = ctl,
 					    .optim = optim,
-					    .index = i };
-		t[i].begin = begin +
-			     (end - begin) * (uint64_t)i / (uint64_t)o->threads;
-		t[i].end = begin + (end - begin) * (uint64_t)(i + 1) /
-					   (uint64_t)o->threads;
+					    .index = i,
+					    .cur = ctl->slots[i] };
 		if (pthread_create(&threads[i], NULL, ss_trainer_main, &t[i])) {
 			rc = ss_error_set(-EAGAIN, NULL, NULL,
 					  "starting trainer %d", i);
