@@ -176,7 +176,8 @@ static int ss_trainer_take(struct ss_trainer *t)
 
 	pthread_mutex_lock(&ctl->lock);
 	if (ctl->resume_next < ctl->n_resume) {
-		const struct ss_train_range *r = &ctl->resume[ctl->resume_next++];
+		const struct ss_train_range *r =
+			&ctl->resume[ctl->resume_next++];
 
 		t->cur = (struct ss_train_slot){ r->begin, r->end, r->begin,
 						 r->passes, true };
@@ -485,10 +486,9 @@ static int ss_train_control_setup(struct ss_train_control *ctl,
 	}
 	for (int i = 0; i < o->n_resume; i++)
 		resume[i] = o->resume[i];
-	for (int i = 0; i < o->threads && !o->next_range && !o->resuming;
-	     i++) {
-		uint64_t b = begin + (end - begin) * (uint64_t)i /
-					     (uint64_t)o->threads;
+	for (int i = 0; i < o->threads && !o->next_range && !o->resuming; i++) {
+		uint64_t b = begin +
+			     (end - begin) * (uint64_t)i / (uint64_t)o->threads;
 
 		slots[i] = (struct ss_train_slot){
 			b,
