@@ -848,6 +848,51 @@ Test(sync, every_chunk_is_claimed_by_exactly_one_rank, .timeout = 180)
 }
 
 /*
+ * A resumed job: rank 0's counter starts where the stopped job's was
+ * (claims_from, which the others ignore), and ss_sync_claimed() at rank 0
+ * counts every number handed out since.
+ */
+#define RESUMED_FROM 40
+#define RESUMED_CLAIMS 5
+
+static int body_claims_from(struct ss_sync *s, int rank, struct job *job)
+{
+	uint64_t chunk, high = 0;
+
+	(void)job;
+	for (int i = 0; i < RESUMED_CLAIMS; i++) {
+		fail_if(ss_sync_claim(s, &chunk), "claim");
+		fail_if(chunk < RESUMED_FROM || chunk >= RESUMED_FROM + 10,
+			"rank %d claimed %llu", rank,
+			(unsigned long long)chunk);
+		high = chunk > high ? chunk : high;
+	}
+	fail_if(ss_sync_barrier(s), "barrier");
+	if (rank == 0)
+		fail_if(ss_sync_claimed(s) != RESUMED_FROM + 2 * RESUMED_CLAIMS,
+			"rank 0's counter says %llu handed out",
+			(unsigned long long)ss_sync_claimed(s));
+	else
+		fail_if(ss_sync_claimed(s) != high + 1,
+			"rank 1 says %llu, its highest claim %llu",
+			(unsigned long long)ss_sync_claimed(s),
+			(unsigned long long)high);
+	fail_if(ss_sync_barrier(s), "final barrier");
+	return 0;
+}
+
+Test(sync, a_resumed_jobs_chunks_count_from_where_it_stopped, .timeout = 60)
+{
+	struct job job = { .world = 2,
+			   .body = body_claims_from,
+			   .init = init_distinct };
+
+	ss_sync_options_init(&job.opts, SS_SYNC_MA);
+	job.opts.claims_from = RESUMED_FROM;
+	run(&job);
+}
+
+/*
  * Rank 0, which holds the chunk counter, gone for good: rank 1's claims
  * wait, saying so once past the round timeout (they were silent for the
  * 25 s to the failure), and then fail naming rank 0.  Its log goes to a

@@ -127,6 +127,79 @@ Test(checkpoint, optimizer_state_round_trip)
 	cr_assert(untouched());
 }
 
+/*
+ * The caller's record after the floats (train's place in its data):
+ * back as saved, its length told when larger than the buffer, a file
+ * without one says so, and one flipped bit of it refuses the file.
+ */
+Test(checkpoint, a_record_after_the_floats_round_trips_checksummed)
+{
+	struct ss_checkpoint_part p = { w, N }, st = { acc, N },
+				  bp = { back, N }, bst = { back_acc, N };
+	const char record[] = "where the trainers were";
+	char got[64] = { 0 };
+	size_t len = 0;
+	uint64_t examples;
+	bool has_state;
+	unsigned char head[64], b;
+	struct stat sb;
+	int fd;
+
+	cr_assert_eq(ss_checkpoint_save_extra(path, &p, 1, &st, 1, LAYOUT, 77,
+					      record, sizeof(record)),
+		     0, "%s", ss_last_error()->why);
+	cr_assert_eq(stat(path, &sb), 0);
+	cr_assert_eq(sb.st_size, 64 + 2 * (off_t)N * 4 + (off_t)sizeof(record));
+	cr_assert_eq(ss_checkpoint_load_extra(path, &bp, 1, &bst, 1, LAYOUT,
+					      &examples, &has_state, got,
+					      sizeof(got), &len),
+		     0, "%s", ss_last_error()->why);
+	cr_assert_eq(len, sizeof(record));
+	cr_assert_str_eq(got, record);
+	cr_assert(has_state);
+	cr_assert_eq(memcmp(w, back, N * sizeof(float)), 0);
+	cr_assert_eq(memcmp(acc, back_acc, N * sizeof(float)), 0);
+	/* version 3 where a record is; a plain load ignores it */
+	fd = open(path, O_RDONLY);
+	cr_assert_eq(pread(fd, head, 64, 0), 64);
+	close(fd);
+	cr_assert_eq(head[8], 3);
+	cr_assert_eq(head[56], sizeof(record));
+	cr_assert_eq(load(&examples), 0, "%s", ss_last_error()->why);
+	/* a short buffer gets the start, and the whole length */
+	memset(got, 0, sizeof(got));
+	cr_assert_eq(ss_checkpoint_load_extra(path, &bp, 1, &bst, 1, LAYOUT,
+					      &examples, &has_state, got, 5,
+					      &len),
+		     0);
+	cr_assert_eq(len, sizeof(record));
+	cr_assert_str_eq(got, "where");
+	/* one bit of the record flipped: the checksum refuses it */
+	fd = open(path, O_RDWR);
+	cr_assert_eq(pread(fd, &b, 1, sb.st_size - 3), 1);
+	b ^= 0x04;
+	cr_assert_eq(pwrite(fd, &b, 1, sb.st_size - 3), 1);
+	close(fd);
+	for (size_t i = 0; i < N; i++)
+		back[i] = back_acc[i] = -1.0f;
+	cr_assert_eq(load(&examples), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "checksum"), "%s",
+		  ss_last_error()->why);
+	cr_assert(untouched());
+	/* a file saved without one: version 2, length 0 */
+	cr_assert_eq(ss_checkpoint_save(path, w, NULL, N, LAYOUT, 1), 0);
+	len = 99;
+	cr_assert_eq(ss_checkpoint_load_extra(path, &bp, 1, NULL, 0, LAYOUT,
+					      &examples, &has_state, got,
+					      sizeof(got), &len),
+		     0);
+	cr_assert_eq(len, 0);
+	fd = open(path, O_RDONLY);
+	cr_assert_eq(pread(fd, head, 64, 0), 64);
+	close(fd);
+	cr_assert_eq(head[8], 2);
+}
+
 Test(checkpoint, truncated_file_is_refused_untouched)
 {
 	uint64_t examples;

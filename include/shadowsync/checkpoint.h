@@ -18,10 +18,14 @@
  *                                    header bytes 0..39, then 48..63
  *  48  state                   u64   count of state floats after the
  *                                    parameters: 0, or as many (Adagrad)
- *  56  reserved (zero)         8 bytes
+ *  56  record                  u64   count of the caller's bytes after
+ *                                    the floats (version 3; at most
+ *                                    1 MiB): what train resumes from
  *
- * Version 1 (before Adagrad's state was kept) is read too: no state, and
- * the checksum over the parameters, then header bytes 0..39.
+ * The checksum covers the record's bytes too, after the floats'.  A save
+ * without a record writes version 2, whose bytes 56..63 are zero; version
+ * 1 (before Adagrad's state was kept) is read too: no state, and the
+ * checksum over the parameters, then header bytes 0..39.
  *
  * Threads: any thread, at once with the others, with two limits: one save
  * at a time to a path (the saves share PATH.tmp), and a load fills arrays
@@ -39,7 +43,7 @@
 extern "C" {
 #endif
 
-#define SS_CHECKPOINT_VERSION 2
+#define SS_CHECKPOINT_VERSION 3
 
 /* What a save appends to PATH for its temporary file (see below). */
 #define SS_CHECKPOINT_TMP_SUFFIX ".tmp"
@@ -92,6 +96,24 @@ int ss_checkpoint_load_parts(const char *path,
 			     const struct ss_checkpoint_part *state, int ns,
 			     uint64_t layout_hash, uint64_t *examples,
 			     bool *has_state);
+
+/*
+ * With a record of the caller's (@extra_len bytes, at most 1 MiB) after
+ * the floats: a trainer's place in its data, for a resume.  A load copies
+ * at most @cap bytes of the file's record into @extra and sets
+ * *@extra_len (unless NULL) to its full length, 0 for a file without.
+ */
+int ss_checkpoint_save_extra(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t examples,
+			     const void *extra, size_t extra_len);
+int ss_checkpoint_load_extra(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t *examples,
+			     bool *has_state, void *extra, size_t cap,
+			     size_t *extra_len);
 
 /*
  * ss_checkpoint_tmp_path() - the temporary file a save to @path writes:

@@ -126,6 +126,12 @@ struct ss_sync_options {
 	 * values (the command's ranks make the same model from one seed).
 	 */
 	bool start_alike;
+	/*
+	 * A resumed job's chunk counter: rank 0's starts here, the
+	 * ss_sync_claimed() of the job it resumes (the others ignore it).
+	 * 0 (the default): from 0.
+	 */
+	uint64_t claims_from;
 };
 
 #define SS_SYNC_HIERARCHICAL_FROM 32
@@ -313,6 +319,15 @@ void ss_sync_add_iterations(struct ss_sync *sync, uint64_t iterations);
  * round timeout + 5 s without an answer.
  */
 int ss_sync_claim(struct ss_sync *sync, uint64_t *chunk);
+
+/*
+ * ss_sync_claimed() - at rank 0, the chunk numbers its counter has handed
+ * out (each below it went to some rank); at another rank, its highest
+ * claim plus one.  For a checkpoint that resumes: rank 0's, read once
+ * every rank has stopped claiming (after ss_sync_finish), is where the
+ * resumed job's counter starts (ss_sync_options.claims_from).
+ */
+uint64_t ss_sync_claimed(struct ss_sync *sync);
 
 struct ss_sync_stats {
 	uint64_t rounds; /* rounds applied */

@@ -240,25 +240,16 @@ int ss_sync_claim(struct ss_sync *s, uint64_t *chunk)
 	return 0;
 }
 
-int ss__claims_seed(struct ss_sync *s, uint64_t deadline)
+/*
+ * Rank 0's counter to @next, through the fabric as every claim (the NIC
+ * may keep it in its own byte order), from 0 where it was; then shown
+ * ready.  @why: for the log.
+ */
+static int ss_claims_set(struct ss_sync *s, uint32_t next, uint64_t deadline,
+			 const char *why)
 {
-	uint32_t next = 0;
 	int rc;
 
-	/* the others' highest claims: none claims from us until we are ready */
-	for (int p = 1; p < s->world; p++) {
-		const struct ss__state *view;
-		uint32_t high;
-
-		if (!ss_fabric_peer_ok(s->fabric, p) ||
-		    !(view = ss__read_view(s, p, deadline)))
-			continue;
-		high = be32toh(view->claims) & ~SS_STATE_COUNTER_READY;
-		if (high > next)
-			next = high;
-	}
-	/* through the fabric, as every claim: the NIC may keep it in its
-	 * own byte order */
 	s->seed_done = false;
 	rc = ss_fabric_fetch_add(s->fabric, 0, s->r[SS_R_CLAIMS],
 				 8 * (1 + SS_CLAIM_SEED), SS_R_CLAIMS, 0, next,
@@ -273,9 +264,55 @@ int ss__claims_seed(struct ss_sync *s, uint64_t deadline)
 				    "sync: rank 0 setting its chunk counter to "
 				    "%u",
 				    next);
-	ss_log_info("sync: rank 0 started again: chunks counted from %u, "
-		    "where the others are",
-		    next);
+	ss_log_info("sync: %s: chunks counted from %u", why, next);
 	ss__claims_ready(s);
 	return 0;
+}
+
+int ss__claims_seed(struct ss_sync *s, uint64_t deadline)
+{
+	uint32_t next = 0;
+
+	/* the others' highest claims: none claims from us until we are ready */
+	for (int p = 1; p < s->world; p++) {
+		const struct ss__state *view;
+		uint32_t high;
+
+		if (!ss_fabric_peer_ok(s->fabric, p) ||
+		    !(view = ss__read_view(s, p, deadline)))
+			continue;
+		high = be32toh(view->claims) & ~SS_STATE_COUNTER_READY;
+		if (high > next)
+			next = high;
+	}
+	return ss_claims_set(s, next, deadline,
+			     "rank 0 started again, where the others are");
+}
+
+int ss__claims_from(struct ss_sync *s, uint64_t deadline)
+{
+	uint64_t from = s->opts.claims_from;
+
+	if (s->rank != 0 || from == 0) {
+		ss__claims_ready(s);
+		return 0;
+	}
+	if (from >= SS_STATE_COUNTER_READY)
+		return ss_error_set(SS_EUSAGE, "past the counter's range",
+				    "resume from a checkpoint this job wrote",
+				    "sync: chunks claimed %llu",
+				    (unsigned long long)from);
+	return ss_claims_set(s, (uint32_t)from, deadline, "a resumed job");
+}
+
+uint64_t ss_sync_claimed(struct ss_sync *s)
+{
+	uint64_t v;
+
+	if (s->rank != 0)
+		return __atomic_load_n(&s->claims_high, __ATOMIC_RELAXED);
+	/* counts stay far below 2^32: a value that is not is the NIC's
+	 * byte order (ss__claim_done) */
+	v = __atomic_load_n(&s->claim_words[0], __ATOMIC_RELAXED);
+	return v >> 32 ? bswap_64(v) : v;
 }

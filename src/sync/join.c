@@ -266,11 +266,15 @@ int ss_sync_begin(struct ss_sync *s)
 	s->last_iterations = atomic_load(&s->iterations);
 	atomic_store(&s->round_iterations, s->last_iterations);
 	h = ss_sync_find_running(s);
-	if (h < 0) /* a fresh start: every counter counts from 0 */
-		ss__claims_ready(s);
 	/* After this barrier every rank's center is in place. */
 	pthread_mutex_lock(&s->fabric_lock);
-	rc = h < 0 ? ss__barrier(s) : ss_sync_join(s, h);
+	/* a fresh start: every counter counts from 0, or where the resumed
+	 * job's stopped */
+	rc = h < 0 ? ss__claims_from(s,
+				     ss_deadline_ns(4 * s->timeout_ms + 5000)) :
+		     0;
+	if (rc == 0)
+		rc = h < 0 ? ss__barrier(s) : ss_sync_join(s, h);
 	if (rc == 0 && h < 0 && s->opts.start_alike)
 		rc = ss_sync_start_alike(s);
 	pthread_mutex_unlock(&s->fabric_lock);

@@ -510,6 +510,11 @@ void ss__claim_done(struct ss_sync *s, const struct ss_completion *c);
  */
 int ss__claims_seed(struct ss_sync *s, uint64_t deadline);
 void ss__claims_ready(struct ss_sync *s);
+/*
+ * ss__claims_from() - a fresh start: shown ready, rank 0's counter first
+ * set to opts.claims_from (a resumed job's).  Under fabric_lock.
+ */
+int ss__claims_from(struct ss_sync *s, uint64_t deadline);
 
 /* ss__barrier() - ss_sync_barrier() with fabric_lock held. */
 int ss__barrier(struct ss_sync *s);

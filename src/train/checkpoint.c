@@ -25,6 +25,8 @@
 #define SS_CKPT_MAGIC "SSCKPT\0\0"
 #define SS_CKPT_HEADER 64
 #define SS_CKPT_CHUNK (1u << 20) /* floats copied, hashed, written at once */
+/* The caller's bytes after the floats (version 3): a record, not data. */
+#define SS_CKPT_MAX_EXTRA (1u << 20)
 
 /*
  * The checksum: xxHash64's round over each 64-bit word (multiply, rotate,
@@ -381,8 +383,12 @@ int ss_checkpoint_tmp_path(const char *path, char *buf, size_t size)
 static int ss_save_parts_at(const char *path,
 			    const struct ss_checkpoint_part *params, int np,
 			    const struct ss_checkpoint_part *state, int ns,
-			    uint64_t layout_hash, uint64_t examples)
+			    uint64_t layout_hash, uint64_t examples,
+			    const void *extra, size_t extra_len)
 {
+	/* version 2 where it holds no more than version 2 did: an older
+	 * build still reads it */
+	uint32_t version = extra_len ? 3 : 2;
 	size_t n = ss_parts_len(params, np);
 	unsigned char head[SS_CKPT_HEADER] = { 0 };
 	size_t tmp_len = strlen(path) + sizeof(SS_CHECKPOINT_TMP_SUFFIX);
@@ -418,14 +424,23 @@ static int ss_save_parts_at(const char *path,
 		rc = ss_write_summed(fd, params, np, chunk, &h, tmp);
 	if (rc == 0 && state)
 		rc = ss_write_summed(fd, state, ns, chunk, &h, tmp);
+	if (rc == 0 && extra_len > SS_CKPT_MAX_EXTRA)
+		rc = ss_error_set(-EINVAL, "its extra record is too large",
+				  NULL, "saving '%s' (%zu bytes, at most %u)",
+				  path, extra_len, SS_CKPT_MAX_EXTRA);
+	if (rc == 0 && extra_len) {
+		h = ss_sum(h, extra, extra_len);
+		rc = ss_write_all(fd, extra, extra_len, tmp);
+	}
 	memcpy(head, SS_CKPT_MAGIC, 8);
-	ss_put32(head + 8, SS_CHECKPOINT_VERSION);
+	ss_put32(head + 8, version);
 	ss_put32(head + 12, SS_CKPT_HEADER);
 	ss_put64(head + 16, layout_hash);
 	ss_put64(head + 24, n);
 	ss_put64(head + 32, examples);
 	ss_put64(head + 48, state ? n : 0);
-	ss_put64(head + 40, ss_head_sum(h, head, SS_CHECKPOINT_VERSION));
+	ss_put64(head + 56, extra_len);
+	ss_put64(head + 40, ss_head_sum(h, head, version));
 	if (rc == 0 && lseek(fd, 0, SEEK_SET) < 0)
 		rc = ss_error_set(-errno, NULL, NULL, "seeking in '%s'", tmp);
 	if (rc == 0)
@@ -471,17 +486,33 @@ int ss_checkpoint_save_check(const char *path)
 	return rc;
 }
 
+int ss_checkpoint_save_extra(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t examples,
+			     const void *extra, size_t extra_len)
+{
+	char *target = ss_save_target(path);
+	int rc = ss_save_parts_at(target ? target : path, params, np, state, ns,
+				  layout_hash, examples, extra, extra_len);
+
+	free(target);
+	return rc;
+}
+
 int ss_checkpoint_save_parts(const char *path,
 			     const struct ss_checkpoint_part *params, int np,
 			     const struct ss_checkpoint_part *state, int ns,
 			     uint64_t layout_hash, uint64_t examples)
 {
-	char *target = ss_save_target(path);
-	int rc = ss_save_parts_at(target ? target : path, params, np, state, ns,
-				  layout_hash, examples);
+	return ss_checkpoint_save_extra(path, params, np, state, ns,
+					layout_hash, examples, NULL, 0);
+}
 
-	free(target);
-	return rc;
+/* The count of the caller's bytes after the floats: none before 3. */
+static uint64_t ss_head_extra(const unsigned char *head)
+{
+	return ss_get32(head + 8) >= 3 ? ss_get64(head + 56) : 0;
 }
 
 /* Checks the header against what this run expects; *@state: the count
@@ -490,6 +521,7 @@ static int ss_check_header(const char *path, const unsigned char *head,
 			   size_t n, uint64_t layout_hash, off_t file_size,
 			   uint64_t *state)
 {
+	uint64_t extra = ss_head_extra(head);
 	uint64_t count = ss_get64(head + 24);
 	uint32_t version = ss_get32(head + 8);
 	size_t want;
@@ -524,7 +556,15 @@ static int ss_check_header(const char *path, const unsigned char *head,
 				    "checkpoint '%s' (%llu state floats, %zu "
 				    "parameters)",
 				    path, (unsigned long long)*state, n);
-	want = SS_CKPT_HEADER + (n + (size_t)*state) * sizeof(float);
+	if (extra > SS_CKPT_MAX_EXTRA)
+		return ss_error_set(SS_EPARSE,
+				    "its header is corrupted (an extra record "
+				    "too large)",
+				    "use an older checkpoint",
+				    "checkpoint '%s' (%llu bytes of record)",
+				    path, (unsigned long long)extra);
+	want = SS_CKPT_HEADER + (n + (size_t)*state) * sizeof(float) +
+	       (size_t)extra;
 	if (file_size != (off_t)want)
 		return ss_error_set(
 			SS_EPARSE,
@@ -608,13 +648,16 @@ static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
 	uint32_t version = ss_get32(head + 8);
 	uint64_t count = ss_get64(head + 24);
 	uint64_t state = version == 1 ? 0 : ss_get64(head + 48);
+	uint64_t extra = ss_head_extra(head);
 	uint64_t h = ss_sum_seed;
 	uint64_t room = (uint64_t)(size - SS_CKPT_HEADER) / sizeof(float);
+	unsigned char *record = NULL;
 	float *chunk;
 	int err;
 
-	if (count > room || state > room - count ||
-	    SS_CKPT_HEADER + (count + state) * sizeof(float) != (uint64_t)size)
+	if (count > room || state > room - count || extra > SS_CKPT_MAX_EXTRA ||
+	    SS_CKPT_HEADER + (count + state) * sizeof(float) + extra !=
+		    (uint64_t)size)
 		return ss_error_set(SS_EPARSE,
 				    "its header does not match its size: the "
 				    "file is corrupted",
@@ -638,6 +681,13 @@ static int ss_layout_or_corrupt(int fd, const unsigned char *head, off_t size,
 	if (err == 0)
 		err = ss_read_summed(fd, NULL, 0, chunk, state, &h, path);
 	free(chunk);
+	if (err == 0 && extra && !(record = malloc(extra)))
+		err = ss_error_set(-ENOMEM, NULL, NULL, "checking '%s'", path);
+	if (err == 0 && extra)
+		err = ss_read_all(fd, record, extra, path);
+	if (err == 0 && extra)
+		h = ss_sum(h, record, extra);
+	free(record);
 	if (err < 0)
 		return err;
 	if (ss_head_sum(h, head, version) != ss_get64(head + 40))
@@ -655,10 +705,33 @@ int ss_checkpoint_load_parts(const char *path,
 			     uint64_t layout_hash, uint64_t *examples,
 			     bool *has_state)
 {
+	return ss_checkpoint_load_extra(path, params, np, state, ns,
+					layout_hash, examples, has_state, NULL,
+					0, NULL);
+}
+
+/* The file's extra record (@len bytes) into @record, added to @h. */
+static int ss_read_record(int fd, unsigned char *record, uint64_t len,
+			  uint64_t *h, const char *path)
+{
+	int rc = len ? ss_read_all(fd, record, len, path) : 0;
+
+	if (rc == 0 && len)
+		*h = ss_sum(*h, record, len);
+	return rc;
+}
+
+int ss_checkpoint_load_extra(const char *path,
+			     const struct ss_checkpoint_part *params, int np,
+			     const struct ss_checkpoint_part *state, int ns,
+			     uint64_t layout_hash, uint64_t *examples,
+			     bool *has_state, void *extra, size_t cap,
+			     size_t *extra_len)
+{
 	size_t n = ss_parts_len(params, np);
-	unsigned char head[SS_CKPT_HEADER];
+	unsigned char head[SS_CKPT_HEADER], *record = NULL;
 	float *chunk = ss_chunk_alloc(n); /* the state: none, or n floats */
-	uint64_t h = ss_sum_seed, n_state = 0;
+	uint64_t h = ss_sum_seed, n_state = 0, n_extra = 0;
 	uint32_t version;
 	struct stat st;
 	off_t size;
@@ -715,6 +788,9 @@ int ss_checkpoint_load_parts(const char *path,
 				     layout.what);
 	}
 	version = rc == 0 ? ss_get32(head + 8) : 0;
+	n_extra = rc == 0 ? ss_head_extra(head) : 0;
+	if (rc == 0 && n_extra && !(record = malloc(n_extra)))
+		rc = ss_error_set(-ENOMEM, NULL, NULL, "loading '%s'", path);
 	/* First pass: the checksum, before anything is overwritten (the
 	 * parameters and the state apart: the sum follows the save's
 	 * chunks). */
@@ -723,6 +799,8 @@ int ss_checkpoint_load_parts(const char *path,
 	if (rc == 0)
 		rc = ss_read_summed(fd, NULL, 0, chunk, (size_t)n_state, &h,
 				    path);
+	if (rc == 0)
+		rc = ss_read_record(fd, record, n_extra, &h, path);
 	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "its checksum does not match: the file is "
@@ -743,6 +821,8 @@ int ss_checkpoint_load_parts(const char *path,
 		rc = ss_read_summed(fd, n_state ? state : NULL,
 				    n_state ? ns : 0, chunk, (size_t)n_state,
 				    &h, path);
+	if (rc == 0)
+		rc = ss_read_record(fd, record, n_extra, &h, path);
 	if (rc == 0 && ss_head_sum(h, head, version) != ss_get64(head + 40))
 		rc = ss_error_set(SS_EPARSE,
 				  "it changed while it was being read",
@@ -753,8 +833,13 @@ int ss_checkpoint_load_parts(const char *path,
 		*examples = ss_get64(head + 32);
 		if (has_state)
 			*has_state = n_state && state && ns > 0;
+		if (extra && n_extra)
+			memcpy(extra, record, n_extra < cap ? n_extra : cap);
+		if (extra_len)
+			*extra_len = (size_t)n_extra;
 	}
 	close(fd);
 	free(chunk);
+	free(record);
 	return rc;
 }

@@ -132,8 +132,13 @@ static void raw_file(const uint8_t *data, size_t size, float *params,
 	if (rc == 0) {
 		float *want = malloc(4 * n + 1);
 
+		/* version 3's record of the caller's, after the floats */
+		uint64_t record = data[8] >= 3 ? get64(data + 56) : 0;
+
 		FUZZ_CHECK(count == n &&
-				   size == HEADER + 4 * n * (has_state ? 2 : 1),
+				   size == HEADER +
+						   4 * n * (has_state ? 2 : 1) +
+						   record,
 			   "accepted: %zu bytes for %zu floats", size, n);
 		memcpy(want, data + HEADER, 4 * n);
 		same_floats(params, want, n, &l, "parameters");
@@ -145,7 +150,7 @@ static void raw_file(const uint8_t *data, size_t size, float *params,
 			   (unsigned long long)examples);
 		/* a version 2 file, its reserved bytes zero, is written
 		 * again the same, byte for byte */
-		if (data[8] == SS_CHECKPOINT_VERSION && !get64(data + 56)) {
+		if (data[8] == 2 && !get64(data + 56)) {
 			rc = ss_checkpoint_save(path, params,
 						has_state ? state : NULL, n,
 						layout, examples);
