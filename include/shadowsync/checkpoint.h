@@ -142,6 +142,14 @@ int ss_checkpoint_save_check(const char *path);
 int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
 		       uint64_t *examples);
 
+/*
+ * ss_checkpoint_peek_extra() - the record as ss_checkpoint_load_extra()
+ * gives it, unchecked (as ss_checkpoint_peek(): the checksum is the
+ * load's): to plan from it before the load.  *@extra_len: 0 for none.
+ */
+int ss_checkpoint_peek_extra(const char *path, void *extra, size_t cap,
+			     size_t *extra_len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -636,6 +636,42 @@ int ss_checkpoint_peek(const char *path, uint64_t *layout_hash, uint64_t *n,
 	return rc;
 }
 
+int ss_checkpoint_peek_extra(const char *path, void *extra, size_t cap,
+			     size_t *extra_len)
+{
+	unsigned char head[SS_CKPT_HEADER];
+	int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	uint64_t n = 0;
+	off_t size;
+
+	if (fd < 0)
+		return ss_error_set(-errno, NULL, "check the checkpoint's path",
+				    "checkpoint '%s'", path);
+	rc = ss_read_all(fd, head, sizeof(head), path);
+	if (rc == 0 && memcmp(head, SS_CKPT_MAGIC, 8))
+		rc = ss_error_set(SS_EPARSE, "not a ShadowSync checkpoint",
+				  "give a file written by --save",
+				  "checkpoint '%s'", path);
+	if (rc == 0)
+		n = ss_head_extra(head);
+	size = rc == 0 ? lseek(fd, 0, SEEK_END) : 0;
+	if (rc == 0 && (n > SS_CKPT_MAX_EXTRA || size < 0 ||
+			(uint64_t)size < SS_CKPT_HEADER + n))
+		rc = ss_error_set(SS_EPARSE,
+				  "its header does not match its size: the "
+				  "file is corrupted",
+				  "use an older checkpoint", "checkpoint '%s'",
+				  path);
+	if (rc == 0 && n && lseek(fd, size - (off_t)n, SEEK_SET) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "checkpoint '%s'", path);
+	if (rc == 0 && n)
+		rc = ss_read_all(fd, extra, n < cap ? (size_t)n : cap, path);
+	close(fd);
+	if (rc == 0)
+		*extra_len = (size_t)n;
+	return rc;
+}
+
 /*
  * The header names another layout: either it does, or a bit flipped in
  * its layout hash or count.  The file as its header describes it (size,

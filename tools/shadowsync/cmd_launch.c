@@ -29,8 +29,13 @@
 
 static const char ss_launch_prog[] = "shadowsync launch";
 
-/* After a failure or Ctrl-C, how long ranks get to exit before SIGKILL. */
-#define SS_LAUNCH_GRACE_MS 5000
+/*
+ * After a failure or Ctrl-C, how long ranks get to exit before SIGKILL:
+ * a rank with --save stops at its next batch and writes its checkpoint
+ * first (train gives itself SS_TRAIN_STOP_S for it); one without exits
+ * at once.  A second Ctrl-C kills them at once.
+ */
+#define SS_LAUNCH_GRACE_MS 75000
 
 /*
  * Ranks one launch starts on this machine: processes, not a job's size
@@ -127,9 +132,12 @@ struct ss_launch {
 static volatile sig_atomic_t ss_launch_interrupted;
 static sigset_t ss_launch_signals; /* the three we catch */
 
+static volatile sig_atomic_t ss_launch_signal_count; /* how many came */
+
 static void ss_launch_on_signal(int sig)
 {
 	ss_launch_interrupted = sig;
+	ss_launch_signal_count++;
 }
 
 /*
@@ -1081,7 +1089,14 @@ static int ss_launch_wait(struct ss_launch *l)
 			ss_launch_kill(l, SIGTERM);
 			stop_at = now + SS_LAUNCH_GRACE_MS * 1000000ull;
 		}
-		if (stop_at && now > stop_at) {
+		if (stop_at && stop_at != UINT64_MAX &&
+		    ss_launch_signal_count > 1) {
+			fprintf(stderr, "shadowsync launch: %s again; killing "
+					"every rank\n",
+				strsignal(ss_launch_interrupted));
+			stop_at = now;
+		}
+		if (stop_at && now >= stop_at && stop_at != UINT64_MAX) {
 			ss_launch_kill(l, SIGKILL);
 			stop_at = UINT64_MAX;
 		}

@@ -62,6 +62,7 @@ int ss_cmd_train(int argc, char **argv)
 	signal(SIGINT, ss_train_on_signal);
 	signal(SIGPIPE, ss_train_on_signal);
 	signal(SIGHUP, ss_train_on_signal);
+	signal(SIGALRM, ss_train_on_signal); /* a stop that took too long */
 	if (rc == 0)
 		rc = ss_train_peers(&c);
 	if (rc == 0 && c.rejoin && c.fabric.world == 1)
@@ -93,6 +94,11 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_train_check_table_addrs(&c);
 	if (rc == 0)
 		rc = ss_train_check_paths(&c, &st);
+	c.data_size = rc == 0 ? (uint64_t)st.st_size : 0;
+	/* what the record decides (split, epochs, the chunk counter) comes
+	 * before the sync engine is made */
+	if (rc == 0 && c.resume)
+		rc = ss_train_resume_plan(&c, c.data_size);
 	if (rc < 0)
 		goto out;
 	/* sharded: the replica is the MLPs, the tables live in the shards */
@@ -177,17 +183,29 @@ int ss_cmd_train(int argc, char **argv)
 		const char *path =
 			ss_checkpoint_path(&c, c.load, false, buf, sizeof(buf));
 		bool has_acc = false;
+		struct ss_checkpoint_part p = { params, len },
+					  a = { c.train.adagrad_acc, len };
+		unsigned char *rec =
+			c.resume ? malloc(SS_RESUME_RECORD_MAX) : NULL;
+		size_t rec_len = 0;
 
-		rc = ss_checkpoint_load(path, params, c.train.adagrad_acc, len,
-					c.layout_hash, &c.resumed, &has_acc);
+		rc = c.resume && !rec ? -ENOMEM :
+			ss_checkpoint_load_extra(
+				path, &p, 1, a.ptr ? &a : NULL, a.ptr ? 1 : 0,
+				c.layout_hash, &c.resumed, &has_acc, rec,
+				rec ? SS_RESUME_RECORD_MAX : 0, &rec_len);
 		rc = ss_train_load_whole_why(rc, path, c.layout_hash);
-		if (rc < 0) {
-			ss_error_prefix("--load");
+		if (rc < 0)
+			ss_error_prefix(c.resume ? "--resume" : "--load");
+		if (rc == 0 && c.resume)
+			rc = ss_train_resume_take(&c, path, rec, rec_len,
+						  c.data_size);
+		free(rec);
+		if (rc < 0)
 			goto out;
-		}
-		ss_log_info("resuming from %s (%" PRIu64 " examples seen%s)",
-			    path, c.resumed,
-			    has_acc ? ", Adagrad's accumulators" : "");
+		ss_log_info("%s %s (%" PRIu64 " examples seen%s)",
+			    c.resume ? "resuming from" : "starting from", path,
+			    c.resumed, has_acc ? ", Adagrad's accumulators" : "");
 		if (c.train.adagrad_acc && !has_acc)
 			ss_log_warn("--load: '%s' holds no Adagrad "
 				    "accumulators (saved by an SGD run, or an "
@@ -244,6 +262,11 @@ int ss_cmd_train(int argc, char **argv)
 		ss_chunks_plan(&chunks, (uint64_t)st.st_size, c.fabric.world,
 			       c.chunk_size, c.train.epochs);
 		chunks.sync = sync;
+		/* resumed: the local counter where it was (a sync engine's
+		 * is set at rank 0 by claims_from) */
+		if (c.resume && !sync)
+			chunks.next = c.resume_claimed;
+		c.chunks = &chunks;
 		c.train.next_range = ss_chunks_next;
 		c.train.range_ctx = &chunks;
 		ss_log_info("data: %" PRIu64 " chunks of %" PRIu64
@@ -274,6 +297,14 @@ int ss_cmd_train(int argc, char **argv)
 				    "lines and no --save-every checkpoints",
 				    strerror(err));
 	}
+	/* SIGTERM and Ctrl-C now stop the trainers, for a save where they
+	 * are (without --save: the rank ends at once, as before) */
+	rc = ss_train_control_create(&c.control);
+	if (rc < 0)
+		goto out;
+	c.train.control = c.control;
+	if (c.save)
+		ss_train_stop_on_signals(c.control);
 	rc = ss_train(&c.model, params, &c.train, &res);
 	if (c.table) /* the lookups of training, not of evaluation */
 		ss_table_stats(c.table, &c.trained);
@@ -312,7 +343,15 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_table_barrier(c.table, 600000);
 	if (rc == 0 && c.save)
 		rc = ss_train_save(&c, params, res.examples);
-	if (rc == 0 && c.test) {
+	/* saved: a signal from here ends the rank at once again */
+	ss_train_stop_on_signals(NULL);
+	if (rc == 0 && ss_train_stop_signal())
+		ss_log_warn("stopped by %s after %" PRIu64 " examples%s%s",
+			    strsignal(ss_train_stop_signal()),
+			    c.resumed + res.examples,
+			    c.save ? "; to go on: --resume " : "",
+			    c.save ? c.save : "");
+	if (rc == 0 && c.test && !ss_train_stop_signal()) {
 		eval_rc =
 			ss_evaluate(&c.model, params, c.table, c.test,
 				    c.train.bad_lines, &test, &c.test_skipped);
@@ -351,6 +390,16 @@ out:
 	ss_topo_close(&topo);
 	free(c.peers);
 	ss_job_free(&c.job);
+	ss_train_stop_on_signals(NULL);
+	ss_train_control_free(&c.control);
+	free(c.resume_ranges);
+	/* stopped by a signal: die of it, as a rank killed by it would
+	 * (launch and shells read the status), its checkpoint saved */
+	if (ss_train_stop_signal()) {
+		fflush(stdout);
+		signal(ss_train_stop_signal(), SIG_DFL);
+		raise(ss_train_stop_signal());
+	}
 	return rc == SS_EUSAGE ? SS_EXIT_USAGE :
 	       rc < 0	       ? SS_EXIT_FAILURE :
 				 SS_EXIT_OK;

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "train_cmd.h"
 
@@ -51,12 +52,41 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
  * a --metrics FILE.tmp being written, then die of the signal as before.
  * unlink() is async-signal-safe; the path is set before the save and
  * cleared after.
+ *
+ * While trainers run with --save, the first SIGTERM or SIGINT stops them
+ * instead (ss_train_stop is async-signal-safe, and so is alarm): the run
+ * saves where they stopped and then dies of that signal, within
+ * SS_TRAIN_STOP_S (SIGALRM ends it as above).  A SIGTERM after it is
+ * launch passing on the Ctrl-C its ranks had from the terminal, and is
+ * let be; a second SIGINT is the user's, and ends the rank at once.
  */
 static char ss_saving_tmp[4096 + sizeof(SS_CHECKPOINT_TMP_SUFFIX)];
 static volatile sig_atomic_t ss_saving;
+static struct ss_train_control *volatile ss_stop_ctl;
+static volatile sig_atomic_t ss_stop_sig;
+
+void ss_train_stop_on_signals(struct ss_train_control *ctl)
+{
+	ss_stop_ctl = ctl;
+}
+
+int ss_train_stop_signal(void)
+{
+	return ss_stop_sig;
+}
 
 void ss_train_on_signal(int sig)
 {
+	struct ss_train_control *ctl = ss_stop_ctl;
+
+	if ((sig == SIGTERM || sig == SIGINT) && ctl && !ss_stop_sig) {
+		ss_stop_sig = sig;
+		ss_train_stop(ctl);
+		alarm(SS_TRAIN_STOP_S);
+		return;
+	}
+	if (sig == SIGTERM && ss_stop_sig)
+		return;
 	ss_fabric_remove_names();
 	if (ss_saving)
 		unlink(ss_saving_tmp);
@@ -93,31 +123,33 @@ static int ss_shard_parts(const struct ss_train_cmd *c, float *params,
 
 /* --tables sharded: the MLPs and this rank's rows, under its own name. */
 static int ss_train_save_shard(const struct ss_train_cmd *c, const char *path,
-			       const float *params, uint64_t examples)
+			       const float *params, uint64_t examples,
+			       const unsigned char *rec, size_t rec_len)
 {
 	struct ss_checkpoint_part p[2], st[2];
 	int ns = ss_shard_parts(c, (float *)params, p, st);
 
-	return ss_checkpoint_save_parts(path, p, 2, ns ? st : NULL, ns,
+	return ss_checkpoint_save_extra(path, p, 2, ns ? st : NULL, ns,
 					ss_shard_layout_hash(c->layout_hash,
 							     c->fabric.world,
 							     c->fabric.rank),
-					examples);
+					examples, rec, rec_len);
 }
 
 int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
-			bool *has_acc)
+			bool *has_acc, unsigned char *rec, size_t *rec_len)
 {
 	struct ss_checkpoint_part p[2], st[2];
 	int ns = ss_shard_parts(c, params, p, st), rc;
 
 	char ours[64];
 
-	rc = ss_checkpoint_load_parts(path, p, 2, ns ? st : NULL, ns,
+	rc = ss_checkpoint_load_extra(path, p, 2, ns ? st : NULL, ns,
 				      ss_shard_layout_hash(c->layout_hash,
 							   c->fabric.world,
 							   c->fabric.rank),
-				      &c->resumed, has_acc);
+				      &c->resumed, has_acc, rec,
+				      rec ? SS_RESUME_RECORD_MAX : 0, rec_len);
 	snprintf(ours, sizeof(ours), "this job has %d rank%s", c->fabric.world,
 		 c->fabric.world == 1 ? "" : "s");
 	return ss_shard_layout_why(
@@ -202,31 +234,54 @@ int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
 
 /* Saves this rank's replica (and Adagrad's accumulators, when it has
  * them), if it is the one that saves; with sharded tables, its shard. */
-int ss_train_save(const struct ss_train_cmd *c, const float *params,
+int ss_train_save(struct ss_train_cmd *c, const float *params,
 		  uint64_t examples)
 {
 	char buf[4096];
 	const char *path =
 		ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
+	unsigned char *rec;
+	size_t rec_len;
+	struct stat st;
+	struct timespec now;
 	int rc;
 
 	if (!path)
 		return 0;
+	/* where the trainers are, before the floats are copied: what they
+	 * train meanwhile is in the model, and trained again on a resume */
+	rec = malloc(SS_RESUME_RECORD_MAX);
+	if (!rec)
+		return ss_error_set(-ENOMEM, NULL, NULL, "--save '%s'", path);
+	rec_len = stat(c->train.data, &st) == 0 ?
+			  ss_train_record(c, (uint64_t)st.st_size, rec) :
+			  0;
 	/* through a link, the save writes at its target */
 	if (ss_checkpoint_tmp_path(path, ss_saving_tmp, sizeof(ss_saving_tmp)) <
 	    0)
 		ss_saving_tmp[0] = '\0';
 	ss_saving = ss_saving_tmp[0] != '\0';
-	if (c->table)
-		rc = ss_train_save_shard(c, path, params,
-					 c->resumed + examples);
-	else
-		rc = ss_checkpoint_save(path, params, c->train.adagrad_acc,
-					ss_model_len(&c->model), c->layout_hash,
-					c->resumed + examples);
+	if (c->table) {
+		rc = ss_train_save_shard(c, path, params, c->resumed + examples,
+					 rec, rec_len);
+	} else {
+		struct ss_checkpoint_part p = { (float *)params,
+						ss_model_len(&c->model) },
+					  a = { c->train.adagrad_acc, p.n };
+
+		rc = ss_checkpoint_save_extra(
+			path, &p, 1, a.ptr ? &a : NULL, a.ptr ? 1 : 0,
+			c->layout_hash, c->resumed + examples, rec, rec_len);
+	}
 	ss_saving = 0;
-	if (rc == 0)
-		ss_log_info("checkpoint: %s (%" PRIu64 " examples)", path,
-			    c->resumed + examples);
-	return rc < 0 ? ss_error_prefix("--save") : 0;
+	free(rec);
+	if (rc < 0)
+		return ss_error_prefix("--save");
+	clock_gettime(CLOCK_REALTIME, &now);
+	__atomic_store_n(&c->saves, c->saves + 1, __ATOMIC_RELAXED);
+	c->last_save = (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+	ss_log_info("checkpoint: %s (%" PRIu64 " examples%s)", path,
+		    c->resumed + examples,
+		    rec_len ? ", and where the data goes on" : "");
+	return 0;
 }

@@ -2,8 +2,8 @@
 /*
  * The parts of `shadowsync train`, one job a file: options
  * (train_options.c), peers (train_peers.c), checkpoints and signals
- * (train_checkpoint.c), progress lines (train_progress.c), the data by
- * chunks (train_chunks.c), evaluation and the summary (train_report.c),
+ * (train_checkpoint.c), where a stopped run was and --resume
+ * (train_resume.c), progress lines (train_progress.c), evaluation and the summary (train_report.c),
  * the sharded tables (train_tables.c), the metrics file (train_metrics.c),
  * and the run itself (cmd_train.c).
  */
@@ -70,6 +70,17 @@ struct ss_train_cmd {
 	long chunk_size; /* --chunk-size; 0: automatic */
 	const char *metrics; /* --metrics FILE, {rank} not yet replaced */
 	struct ss_metrics_file mfile;
+	/* --resume: @load is a checkpoint to go on from (train_resume.c) */
+	bool resume;
+	bool epochs_given, split_given, chunk_given;
+	struct ss_train_range *resume_ranges; /* its record's, @n_resume */
+	int n_resume;
+	uint64_t resume_claimed; /* its chunks handed out */
+	uint64_t data_size; /* --data's bytes */
+	struct ss_train_control *control; /* stops trainers, says where */
+	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
+	uint64_t saves; /* checkpoints written */
+	double last_save; /* when the last was (Unix time), 0: none */
 };
 
 struct ss_progress {
@@ -163,15 +174,60 @@ int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash);
 
 /*
  * ss_train_load_shard() - --load with --tables sharded: this rank's MLPs,
- * rows and accumulators; a file of another job size is refused with the
+ * rows and accumulators (and into @rec, unless NULL, the resume record of
+ * SS_RESUME_RECORD_MAX bytes at most, its length in *@rec_len); a file of another job size is refused with the
  * reshard command in the hint.
  */
 int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
-			bool *has_acc);
+			bool *has_acc, unsigned char *rec, size_t *rec_len);
 
-/* ss_train_save() - --save, atomically, with @examples seen. */
-int ss_train_save(const struct ss_train_cmd *c, const float *params,
+/*
+ * ss_train_save() - --save, atomically, with @examples seen and, from a
+ * run with a control, the record of where its trainers are in the data.
+ */
+int ss_train_save(struct ss_train_cmd *c, const float *params,
 		  uint64_t examples);
+
+/* The most bytes a resume record takes (the checkpoint's limit). */
+#define SS_RESUME_RECORD_MAX (1u << 20)
+
+/*
+ * ss_train_record() - this rank's place in its data now (from
+ * @c->control: the ranges left, the chunks handed out) as a checkpoint's
+ * record, into @buf of SS_RESUME_RECORD_MAX bytes.  Returns its length,
+ * 0 without a control.
+ */
+size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
+		       unsigned char *buf);
+
+/*
+ * ss_train_resume_plan() - --resume, before the sync engine is made: the
+ * checkpoint's record, peeked, sets what the job's data plan needs from
+ * it (the data split, epochs, chunk size, where the chunk counter goes
+ * on), or refuses a run that cannot go on from it (another --data,
+ * another job size, no record), naming the file.
+ */
+int ss_train_resume_plan(struct ss_train_cmd *c, uint64_t data_size);
+
+/*
+ * ss_train_resume_take() - the record of the checkpoint @path just loaded
+ * (@rec, @len bytes, checked by its checksum): its ranges into
+ * @c->train's resume, after the same checks as the plan's.
+ */
+int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
+			 const unsigned char *rec, size_t len,
+			 uint64_t data_size);
+
+/*
+ * ss_train_stop_on_signals() - from now, the first SIGTERM or SIGINT stops
+ * @ctl's trainers (NULL: they end the rank at once again, as before
+ * training) and gives the rank SS_TRAIN_STOP_S to save and exit; a later
+ * SIGINT ends it at once.  ss_train_stop_signal(): the signal that
+ * stopped them, 0 if none.
+ */
+#define SS_TRAIN_STOP_S 60
+void ss_train_stop_on_signals(struct ss_train_control *ctl);
+int ss_train_stop_signal(void);
 
 /* The progress thread: lines every --progress s, saves every --save-every. */
 void *ss_progress_main(void *arg);

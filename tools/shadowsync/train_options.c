@@ -90,8 +90,15 @@ static void ss_train_usage(FILE *out)
 		"                         end (rank 0; every rank when PATH contains {rank},\n"
 		"                         which sharded tables need), atomically\n"
 		"  --save-every S         also every S seconds while training\n"
-		"  --load PATH            start from a checkpoint ({rank} as for --save);\n"
-		"                         refused when its model layout or checksum differs\n"
+		"  --load PATH            start from a checkpoint's model ({rank} as for\n"
+		"                         --save): a warm start, on this run's data from its\n"
+		"                         start; refused when its model layout or checksum\n"
+		"                         differs\n"
+		"  --resume PATH          go on where the run that saved PATH was: its model,\n"
+		"                         and of the same --data only what it had left\n"
+		"                         ({rank} as for --save: with several ranks each\n"
+		"                         resumes its own).  SIGTERM or Ctrl-C stops a run\n"
+		"                         with --save at its next batch, saves, then exits\n"
 		"  --rejoin               this rank replaces one that failed in a running job\n"
 		"                         (launch --restarts passes it): with --tables sharded\n"
 		"                         its rows come from its own --save checkpoint, the\n"
@@ -163,6 +170,7 @@ enum {
 	OPT_DATA_SPLIT,
 	OPT_CHUNK_SIZE,
 	OPT_METRICS,
+	OPT_RESUME,
 	OPT_END,
 };
 
@@ -270,6 +278,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "save", required_argument, NULL, OPT_SAVE },
 		{ "save-every", required_argument, NULL, OPT_SAVE_EVERY },
 		{ "load", required_argument, NULL, OPT_LOAD },
+		{ "resume", required_argument, NULL, OPT_RESUME },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -516,7 +525,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 					   86400 * 30, &c->save_every);
 			break;
 		case OPT_LOAD:
+		case OPT_RESUME:
 			c->load = optarg;
+			c->resume = opt == OPT_RESUME;
 			break;
 		case 'v':
 			ss_log_set_level(SS_LOG_DEBUG);
@@ -537,6 +548,20 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "give the training data: --data FILE",
 				    "--data");
+	if (given[OPT_LOAD - OPT_DATA] && given[OPT_RESUME - OPT_DATA])
+		return ss_error_set(SS_EUSAGE, "give one or the other",
+				    "--load starts from a checkpoint's model, "
+				    "--resume goes on where its run stopped",
+				    "--load and --resume");
+	if (c->resume && c->rejoin)
+		return ss_error_set(SS_EUSAGE, "give one or the other",
+				    "a rank that rejoins a running job takes "
+				    "its chunks from the job as it is: give "
+				    "--load, or --resume the whole job",
+				    "--resume with --rejoin");
+	c->epochs_given = given[OPT_EPOCHS - OPT_DATA];
+	c->split_given = given[OPT_DATA_SPLIT - OPT_DATA];
+	c->chunk_given = given[OPT_CHUNK_SIZE - OPT_DATA];
 	if (c->save_every && !c->save)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",

@@ -190,6 +190,16 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 int ss_train_nothing_trained(const struct ss_train_cmd *c,
 			     const struct ss_train_result *res)
 {
+	/* stopped before its first batch: its checkpoint says so */
+	if (ss_train_stop_signal())
+		return 0;
+	/* resumed from a run that had finished: there was nothing left */
+	if (c->resume && !res->skipped) {
+		ss_log_info("--resume: nothing was left to train (the run that "
+			    "saved '%s' had finished)",
+			    c->load);
+		return 0;
+	}
 	/* One rank of several may find only bad lines in the chunks it got
 	 * while the others train: it says so and ends with them. */
 	if (c->fabric.world > 1) {

@@ -239,10 +239,11 @@ void ss_table_report_text(const struct ss_train_cmd *c,
  * Adagrad's accumulators.  Returns 0 or an error.
  */
 static int ss_load_shard(struct ss_train_cmd *c, const char *path, float *mlps,
-			 const char *option, bool *has_acc)
+			 const char *option, bool *has_acc, unsigned char *rec,
+			 size_t *rec_len)
 {
 	*has_acc = false;
-	if (ss_train_load_shard(c, path, mlps, has_acc) < 0)
+	if (ss_train_load_shard(c, path, mlps, has_acc, rec, rec_len) < 0)
 		return ss_error_prefix(option);
 	if (c->train.adagrad_acc && !*has_acc)
 		ss_log_warn("%s: '%s' holds no Adagrad accumulators (saved "
@@ -257,11 +258,21 @@ int ss_train_resume_shard(struct ss_train_cmd *c, float *params)
 	const char *path =
 		ss_checkpoint_path(c, c->load, false, buf, sizeof(buf));
 	bool has_acc;
-	int rc = ss_load_shard(c, path, params, "--load", &has_acc);
+	unsigned char *rec = c->resume ? malloc(SS_RESUME_RECORD_MAX) : NULL;
+	size_t rec_len = 0;
+	int rc = c->resume && !rec ?
+			 ss_error_set(-ENOMEM, NULL, NULL, "--resume") :
+			 ss_load_shard(c, path, params,
+				       c->resume ? "--resume" : "--load",
+				       &has_acc, rec, &rec_len);
 
+	if (rc == 0 && c->resume)
+		rc = ss_train_resume_take(c, path, rec, rec_len, c->data_size);
+	free(rec);
 	if (rc == 0)
-		ss_log_info("resuming shard %d of %d from %s (%" PRIu64
+		ss_log_info("%s shard %d of %d from %s (%" PRIu64
 			    " examples seen%s)",
+			    c->resume ? "resuming" : "starting from",
 			    c->fabric.rank, c->fabric.world, path, c->resumed,
 			    has_acc ? ", Adagrad's accumulators" : "");
 	return rc;
@@ -331,7 +342,7 @@ int ss_train_rejoin_shard(struct ss_train_cmd *c, float *params, bool live)
 			return ss_error_set(-ENOMEM, NULL, NULL,
 					    "--rejoin: the checkpoint's MLPs");
 	}
-	rc = ss_load_shard(c, path, mlps, "--rejoin", &has_acc);
+	rc = ss_load_shard(c, path, mlps, "--rejoin", &has_acc, NULL, NULL);
 	if (live)
 		free(mlps);
 	if (rc == 0)

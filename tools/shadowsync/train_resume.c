@@ -1,0 +1,268 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync train: where a run was in its data, kept in its checkpoints
+ * as a record after the floats, and --resume, which goes on from there.
+ *
+ * The record (little-endian; docs/architecture.md, "Resuming"):
+ *
+ *    0  magic "SSRESUME"         8 bytes
+ *    8  version (1)              u32
+ *   12  split                    u32  0 chunks claimed, 1 a fixed share
+ *   16  data size                u64  --data's bytes when it was saved
+ *   24  epochs                   u32
+ *   28  world                    u32  the job's ranks
+ *   32  rank                     u32  whose record it is
+ *   36  ranges                   u32  how many follow the header
+ *   40  chunk                    u64  chunk bytes (chunks claimed)
+ *   48  claimed                  u64  chunks handed out: rank 0's
+ *                                     counter, or this rank's own
+ *   56  ranges: begin, end, passes, u64 each
+ *
+ * With a fixed share, the ranges are all a rank has left; with chunks,
+ * the chunks it had open, and the counter hands out the rest from
+ * @claimed (rank 0's, where every rank had stopped claiming when it was
+ * saved at a stop; a periodic save's may be behind the others' claims,
+ * and a chunk claimed between is then trained twice).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+#define SS_RESUME_MAGIC "SSRESUME"
+#define SS_RESUME_HEAD 56
+#define SS_RESUME_RANGE 24
+
+static void ss_put(unsigned char *p, uint64_t v, int bytes)
+{
+	for (int i = 0; i < bytes; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t ss_get(const unsigned char *p, int bytes)
+{
+	uint64_t v = 0;
+
+	for (int i = bytes - 1; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+struct ss_record {
+	int split, epochs, world, rank, n;
+	uint64_t data_size, chunk, claimed;
+	const unsigned char *ranges; /* n of them, as stored */
+};
+
+size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
+		       unsigned char *buf)
+{
+	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD) / SS_RESUME_RANGE,
+	    n;
+	struct ss_train_range *left;
+	uint64_t claimed = 0;
+
+	if (!c->control || !(left = malloc((size_t)max * sizeof(*left))))
+		return 0;
+	n = ss_train_left(c->control, left, max);
+	if (n > max) { /* never: two a trainer, and the resumed ones */
+		free(left);
+		return 0;
+	}
+	if (c->chunks)
+		claimed = c->chunks->sync ?
+				  ss_sync_claimed(c->chunks->sync) :
+				  __atomic_load_n(&c->chunks->next,
+						  __ATOMIC_RELAXED);
+	memcpy(buf, SS_RESUME_MAGIC, 8);
+	ss_put(buf + 8, 1, 4);
+	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
+	ss_put(buf + 16, data_size, 8);
+	ss_put(buf + 24, (uint64_t)c->train.epochs, 4);
+	ss_put(buf + 28, (uint64_t)c->fabric.world, 4);
+	ss_put(buf + 32, (uint64_t)c->fabric.rank, 4);
+	ss_put(buf + 36, (uint64_t)n, 4);
+	ss_put(buf + 40, c->chunks ? c->chunks->chunk : 0, 8);
+	ss_put(buf + 48, claimed, 8);
+	for (int i = 0; i < n; i++) {
+		unsigned char *r = buf + SS_RESUME_HEAD + i * SS_RESUME_RANGE;
+
+		ss_put(r, left[i].begin, 8);
+		ss_put(r + 8, left[i].end, 8);
+		ss_put(r + 16, left[i].passes, 8);
+	}
+	free(left);
+	return SS_RESUME_HEAD + (size_t)n * SS_RESUME_RANGE;
+}
+
+/* @rec (@len bytes) read into @r, or why not, naming @path. */
+static int ss_record_read(const unsigned char *rec, size_t len,
+			  const char *path, struct ss_record *r)
+{
+	if (len == 0)
+		return ss_error_set(
+			SS_EUSAGE,
+			"it holds no place in the data (a checkpoint of an "
+			"older version, or written by a program of its own)",
+			"start from its model with --load instead",
+			"--resume: checkpoint '%s'", path);
+	if (len < SS_RESUME_HEAD || memcmp(rec, SS_RESUME_MAGIC, 8) ||
+	    ss_get(rec + 8, 4) != 1)
+		return ss_error_set(SS_EPARSE,
+				    "its place in the data is in a form this "
+				    "version does not know",
+				    "resume it with the version that saved it, "
+				    "or --load its model",
+				    "--resume: checkpoint '%s'", path);
+	r->split = (int)ss_get(rec + 12, 4);
+	r->data_size = ss_get(rec + 16, 8);
+	r->epochs = (int)ss_get(rec + 24, 4);
+	r->world = (int)ss_get(rec + 28, 4);
+	r->rank = (int)ss_get(rec + 32, 4);
+	r->n = (int)ss_get(rec + 36, 4);
+	r->chunk = ss_get(rec + 40, 8);
+	r->claimed = ss_get(rec + 48, 8);
+	r->ranges = rec + SS_RESUME_HEAD;
+	if (r->split > 1 || r->n < 0 ||
+	    len != SS_RESUME_HEAD + (size_t)r->n * SS_RESUME_RANGE)
+		return ss_error_set(SS_EPARSE,
+				    "its place in the data is corrupted",
+				    "use an older checkpoint",
+				    "--resume: checkpoint '%s'", path);
+	return 0;
+}
+
+/* Whether this run can go on from @r: the same data, job and plan. */
+static int ss_record_fits(const struct ss_train_cmd *c, const struct ss_record *r,
+			  const char *path, uint64_t data_size)
+{
+	static const char *const split[] = { "dynamic", "static" };
+
+	if (r->data_size != data_size)
+		return ss_error_set(
+			SS_EUSAGE, "--data is not the data it was saved from",
+			"give the --data it trained on, or --load its model "
+			"to train on this data from its start",
+			"--resume: checkpoint '%s' (%" PRIu64 " bytes of data "
+			"then, '%s' has %" PRIu64 ")",
+			path, r->data_size, c->train.data, data_size);
+	if (r->world != c->fabric.world || r->rank != c->fabric.rank)
+		return ss_error_set(
+			SS_EUSAGE, "it is another rank's, or another job size's",
+			"resume with as many ranks as saved it, each from its "
+			"own: --resume 'PATH.{rank}'",
+			"--resume: checkpoint '%s' (rank %d of %d; this is rank "
+			"%d of %d)",
+			path, r->rank, r->world, c->fabric.rank,
+			c->fabric.world);
+	if (c->split_given && c->split != r->split)
+		return ss_error_set(SS_EUSAGE, "it was saved by the other split",
+				    "drop --data-split: a resumed run takes "
+				    "the one it was saved with",
+				    "--resume: checkpoint '%s' (--data-split "
+				    "%s)",
+				    path, split[r->split]);
+	if (c->epochs_given && c->train.epochs != r->epochs)
+		return ss_error_set(SS_EUSAGE, "it was saved with other epochs",
+				    "drop --epochs: a resumed run finishes "
+				    "the epochs it was saved with",
+				    "--resume: checkpoint '%s' (--epochs %d)",
+				    path, r->epochs);
+	if (c->chunk_given && r->split == 0 &&
+	    (uint64_t)c->chunk_size != r->chunk)
+		return ss_error_set(SS_EUSAGE,
+				    "it was saved with another chunk size",
+				    "drop --chunk-size: a resumed run takes "
+				    "the one it was saved with",
+				    "--resume: checkpoint '%s' (--chunk-size "
+				    "%" PRIu64 ")",
+				    path, r->chunk);
+	return 0;
+}
+
+/* --resume's path for this rank, {rank} replaced, into @buf. */
+static const char *ss_resume_path(const struct ss_train_cmd *c, char *buf,
+				  size_t size)
+{
+	return ss_checkpoint_path(c, c->load, false, buf, size);
+}
+
+int ss_train_resume_plan(struct ss_train_cmd *c, uint64_t data_size)
+{
+	unsigned char *rec = malloc(SS_RESUME_RECORD_MAX);
+	char buf[4096];
+	const char *path = ss_resume_path(c, buf, sizeof(buf));
+	struct ss_record r;
+	size_t len = 0;
+	int rc;
+
+	if (!rec)
+		return ss_error_set(-ENOMEM, NULL, NULL, "--resume");
+	if (c->fabric.world > 1 && !strstr(c->load, "{rank}")) {
+		free(rec);
+		return ss_error_set(SS_EUSAGE,
+				    "each rank goes on from its own place in "
+				    "the data",
+				    "give a path with {rank}, as --save "
+				    "'PATH.{rank}' wrote them",
+				    "--resume '%s' with %d ranks", c->load,
+				    c->fabric.world);
+	}
+	rc = ss_checkpoint_peek_extra(path, rec, SS_RESUME_RECORD_MAX, &len);
+	if (rc == 0 && len > SS_RESUME_RECORD_MAX)
+		rc = ss_error_set(SS_EPARSE, "its record is too large", NULL,
+				  "--resume: checkpoint '%s'", path);
+	if (rc == 0)
+		rc = ss_record_read(rec, len, path, &r);
+	if (rc == 0)
+		rc = ss_record_fits(c, &r, path, data_size);
+	free(rec);
+	if (rc < 0)
+		return rc == -ENOENT ? ss_error_prefix("--resume") : rc;
+	c->split = r.split;
+	c->train.epochs = r.epochs;
+	if (r.split == 0)
+		c->chunk_size = (long)r.chunk;
+	c->resume_claimed = r.claimed;
+	c->sync.claims_from = r.split == 0 ? r.claimed : 0;
+	return 0;
+}
+
+int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
+			 const unsigned char *rec, size_t len,
+			 uint64_t data_size)
+{
+	struct ss_record r;
+	int rc = ss_record_read(rec, len, path, &r);
+
+	if (rc == 0)
+		rc = ss_record_fits(c, &r, path, data_size);
+	/* the plan was made from the file before the load checked it */
+	if (rc == 0 && (r.split != c->split || r.epochs != c->train.epochs ||
+			r.claimed != c->resume_claimed))
+		rc = ss_error_set(SS_EPARSE,
+				  "it changed while it was being read",
+				  "do not rewrite a checkpoint in place; "
+				  "resume again",
+				  "--resume: checkpoint '%s'", path);
+	if (rc < 0)
+		return rc;
+	free(c->resume_ranges);
+	c->resume_ranges = calloc((size_t)r.n + 1, sizeof(*c->resume_ranges));
+	if (!c->resume_ranges)
+		return ss_error_set(-ENOMEM, NULL, NULL, "--resume");
+	for (int i = 0; i < r.n; i++) {
+		const unsigned char *p = r.ranges + i * SS_RESUME_RANGE;
+
+		c->resume_ranges[i] = (struct ss_train_range){
+			ss_get(p, 8), ss_get(p + 8, 8), ss_get(p + 16, 8)
+		};
+	}
+	c->n_resume = r.n;
+	c->train.resume = c->resume_ranges;
+	c->train.n_resume = r.n;
+	c->train.resuming = true;
+	return 0;
+}
