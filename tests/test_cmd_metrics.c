@@ -376,12 +376,19 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 			     "mkdir %s/prom && %s train --data %s/train.txt "
 			     "--test %s/test.txt " MODEL
 			     " --threads 1 --progress 1 --json --metrics %s "
-			     "2>/dev/null",
-			     dir, SS_COMMAND, dir, dir, path),
+			     "--save %s/m.ckpt 2>/dev/null",
+			     dir, SS_COMMAND, dir, dir, path, dir),
 		     0, "%s", out);
 	text = read_text(path);
 	cr_assert_not_null(text, "no %s", path);
 	check_exposition(text + 1, 0);
+	/* the final save, counted and timed */
+	cr_assert_eq(prom_value(text, "shadowsync_checkpoints_total", NULL), 1,
+		     "%s", text);
+	cr_assert_gt(prom_value(text,
+				"shadowsync_last_checkpoint_timestamp_seconds",
+				NULL),
+		     1.7e9, "%s", text);
 	cr_assert_eq(prom_value(text, "shadowsync_examples_total", NULL),
 		     cmd_json_number(out, "examples"), "%s\n%s", out, text);
 	cr_assert_eq(prom_value(text, "shadowsync_examples_total", NULL), 6000);

@@ -170,6 +170,15 @@ static void ss_scrape_run(struct ss_prom *p, const struct ss_scrape *s)
 		      c->fabric.world);
 	ss_prom_gauge(p, "shadowsync_trainer_threads",
 		      "Trainer threads of this rank", c->train.threads);
+	if (c->save) {
+		ss_prom_counter(p, "shadowsync_checkpoints_total",
+				"Checkpoints this rank saved (--save)",
+				__atomic_load_n(&c->saves, __ATOMIC_RELAXED));
+		ss_prom_gauge(p, "shadowsync_last_checkpoint_timestamp_seconds",
+			      "When the last good checkpoint was saved (Unix "
+			      "time; 0: none yet)",
+			      c->last_save);
+	}
 }
 
 static void ss_scrape_training(struct ss_prom *p, const struct ss_scrape *s)
