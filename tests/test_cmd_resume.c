@@ -54,10 +54,10 @@ TestSuite(cmd_resume, .init = setup, .fini = teardown, .timeout = 240);
  * then a moment drawn at random, and sends it SIGTERM; it prints the
  * status.
  */
-#define STOPPED(cmd)                                                      \
-	"{ " cmd " >run.out 2>&1 & }; P=$!; "                             \
+#define STOPPED(cmd)                                                     \
+	"{ " cmd " >run.out 2>&1 & }; P=$!; "                            \
 	"for i in $(seq 600); do grep -q 'examples,' run.out && break; " \
-	"sleep 0.05; done; sleep 0.%03d; kill -TERM $P; wait $P; "        \
+	"sleep 0.05; done; sleep 0.%03d; kill -TERM $P; wait $P; "       \
 	"echo \"status $?\""
 
 /* The examples a checkpoint counts (its header's, at byte 32). */
@@ -99,8 +99,7 @@ Test(cmd_resume, one_rank_stopped_anywhere_ends_on_the_same_model)
 				 "--save s.ckpt") "; cat run.out",
 			 delay),
 		     0, "%s", out);
-	cr_assert(strstr(out, "status 143"), "not stopped by SIGTERM: %s",
-		  out);
+	cr_assert(strstr(out, "status 143"), "not stopped by SIGTERM: %s", out);
 	cr_assert(strstr(out, "stopped by Terminated after"), "%s", out);
 	cr_assert(strstr(out, "--resume s.ckpt"), "%s", out);
 	cr_assert_lt(saved_examples("s.ckpt"), 80 * EXAMPLES);
@@ -108,8 +107,9 @@ Test(cmd_resume, one_rank_stopped_anywhere_ends_on_the_same_model)
 			 "$S train --data a.txt " TRAIN " --sync none "
 			 "--progress 0 --resume s.ckpt --save r.ckpt 2>&1 && "
 			 "cmp ref.ckpt r.ckpt && echo same"),
-		     0, "stopped after %llu examples (%d ms past the first "
-			"progress line): %s",
+		     0,
+		     "stopped after %llu examples (%d ms past the first "
+		     "progress line): %s",
 		     (unsigned long long)saved_examples("s.ckpt"), 1000 + delay,
 		     out);
 }
@@ -139,12 +139,13 @@ static void check_ranks(int world, int epochs)
 		stopped += saved_examples(name);
 	}
 	cr_assert_lt(stopped, (uint64_t)epochs * EXAMPLES, "%s", out);
-	cr_assert_eq(run(out, sizeof(out),
-			 "$S launch -n %d --port %d -- train --data a.txt " TRAIN
-			 " --progress 0 --resume 's.{rank}' --save 'r.{rank}' "
-			 "2>&1",
-			 world, port + 8),
-		     0, "%s", out);
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S launch -n %d --port %d -- train --data a.txt " TRAIN
+		    " --progress 0 --resume 's.{rank}' --save 'r.{rank}' "
+		    "2>&1",
+		    world, port + 8),
+		0, "%s", out);
 	for (int r = 0; r < world; r++) {
 		snprintf(name, sizeof(name), "r.%d", r);
 		total += saved_examples(name);
@@ -180,8 +181,8 @@ Test(cmd_resume, what_cannot_be_resumed_is_refused)
 			 "$S train --data a.txt " TRAIN " --sync none "
 			 "--resume m.ckpt 2>&1"),
 		     2, "%s", out);
-	cr_assert(strstr(out, "--data is not the data it was saved from"),
-		  "%s", out);
+	cr_assert(strstr(out, "--data is not the data it was saved from"), "%s",
+		  out);
 	cr_assert(strstr(out, "'m.ckpt'"), "%s", out);
 	/* other epochs */
 	cr_assert_eq(run(out, sizeof(out),

@@ -1091,8 +1091,9 @@ static int ss_launch_wait(struct ss_launch *l)
 		}
 		if (stop_at && stop_at != UINT64_MAX &&
 		    ss_launch_signal_count > 1) {
-			fprintf(stderr, "shadowsync launch: %s again; killing "
-					"every rank\n",
+			fprintf(stderr,
+				"shadowsync launch: %s again; killing "
+				"every rank\n",
 				strsignal(ss_launch_interrupted));
 			stop_at = now;
 		}

@@ -189,11 +189,13 @@ int ss_cmd_train(int argc, char **argv)
 			c.resume ? malloc(SS_RESUME_RECORD_MAX) : NULL;
 		size_t rec_len = 0;
 
-		rc = c.resume && !rec ? -ENOMEM :
-			ss_checkpoint_load_extra(
-				path, &p, 1, a.ptr ? &a : NULL, a.ptr ? 1 : 0,
-				c.layout_hash, &c.resumed, &has_acc, rec,
-				rec ? SS_RESUME_RECORD_MAX : 0, &rec_len);
+		rc = c.resume && !rec ?
+			     -ENOMEM :
+			     ss_checkpoint_load_extra(
+				     path, &p, 1, a.ptr ? &a : NULL,
+				     a.ptr ? 1 : 0, c.layout_hash, &c.resumed,
+				     &has_acc, rec,
+				     rec ? SS_RESUME_RECORD_MAX : 0, &rec_len);
 		rc = ss_train_load_whole_why(rc, path, c.layout_hash);
 		if (rc < 0)
 			ss_error_prefix(c.resume ? "--resume" : "--load");
@@ -205,7 +207,8 @@ int ss_cmd_train(int argc, char **argv)
 			goto out;
 		ss_log_info("%s %s (%" PRIu64 " examples seen%s)",
 			    c.resume ? "resuming from" : "starting from", path,
-			    c.resumed, has_acc ? ", Adagrad's accumulators" : "");
+			    c.resumed,
+			    has_acc ? ", Adagrad's accumulators" : "");
 		if (c.train.adagrad_acc && !has_acc)
 			ss_log_warn("--load: '%s' holds no Adagrad "
 				    "accumulators (saved by an SGD run, or an "

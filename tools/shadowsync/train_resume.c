@@ -59,8 +59,7 @@ struct ss_record {
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf)
 {
-	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD) / SS_RESUME_RANGE,
-	    n;
+	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD) / SS_RESUME_RANGE, n;
 	struct ss_train_range *left;
 	uint64_t claimed = 0;
 
@@ -72,10 +71,9 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		return 0;
 	}
 	if (c->chunks)
-		claimed = c->chunks->sync ?
-				  ss_sync_claimed(c->chunks->sync) :
-				  __atomic_load_n(&c->chunks->next,
-						  __ATOMIC_RELAXED);
+		claimed = c->chunks->sync ? ss_sync_claimed(c->chunks->sync) :
+					    __atomic_load_n(&c->chunks->next,
+							    __ATOMIC_RELAXED);
 	memcpy(buf, SS_RESUME_MAGIC, 8);
 	ss_put(buf + 8, 1, 4);
 	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
@@ -135,8 +133,9 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 }
 
 /* Whether this run can go on from @r: the same data, job and plan. */
-static int ss_record_fits(const struct ss_train_cmd *c, const struct ss_record *r,
-			  const char *path, uint64_t data_size)
+static int ss_record_fits(const struct ss_train_cmd *c,
+			  const struct ss_record *r, const char *path,
+			  uint64_t data_size)
 {
 	static const char *const split[] = { "dynamic", "static" };
 
@@ -150,7 +149,8 @@ static int ss_record_fits(const struct ss_train_cmd *c, const struct ss_record *
 			path, r->data_size, c->train.data, data_size);
 	if (r->world != c->fabric.world || r->rank != c->fabric.rank)
 		return ss_error_set(
-			SS_EUSAGE, "it is another rank's, or another job size's",
+			SS_EUSAGE,
+			"it is another rank's, or another job size's",
 			"resume with as many ranks as saved it, each from its "
 			"own: --resume 'PATH.{rank}'",
 			"--resume: checkpoint '%s' (rank %d of %d; this is rank "
@@ -158,7 +158,8 @@ static int ss_record_fits(const struct ss_train_cmd *c, const struct ss_record *
 			path, r->rank, r->world, c->fabric.rank,
 			c->fabric.world);
 	if (c->split_given && c->split != r->split)
-		return ss_error_set(SS_EUSAGE, "it was saved by the other split",
+		return ss_error_set(SS_EUSAGE,
+				    "it was saved by the other split",
 				    "drop --data-split: a resumed run takes "
 				    "the one it was saved with",
 				    "--resume: checkpoint '%s' (--data-split "
@@ -256,9 +257,9 @@ int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
 	for (int i = 0; i < r.n; i++) {
 		const unsigned char *p = r.ranges + i * SS_RESUME_RANGE;
 
-		c->resume_ranges[i] = (struct ss_train_range){
-			ss_get(p, 8), ss_get(p + 8, 8), ss_get(p + 16, 8)
-		};
+		c->resume_ranges[i] =
+			(struct ss_train_range){ ss_get(p, 8), ss_get(p + 8, 8),
+						 ss_get(p + 16, 8) };
 	}
 	c->n_resume = r.n;
 	c->train.resume = c->resume_ranges;
