@@ -384,22 +384,6 @@ Test(model, learns_better_than_the_constant_predictor, .timeout = 120)
 	free(ex);
 }
 
-static void gen_file(char *path, uint64_t examples)
-{
-	struct ss_gen_options g;
-	struct ss_metrics teacher;
-	int fd = mkstemp(path);
-	FILE *f;
-
-	cr_assert_geq(fd, 0);
-	f = fdopen(fd, "w");
-	ss_gen_options_init(&g);
-	g.examples = examples;
-	g.cardinality = 1000;
-	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
-	fclose(f);
-}
-
 Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
 {
 	char path[] = "/tmp/ss-trainers-XXXXXX";
@@ -408,7 +392,7 @@ Test(trainers, hogwild_threads_read_every_example_once, .timeout = 120)
 	struct ss_train_result res;
 	float *params;
 
-	gen_file(path, 10007);
+	cr_assert_eq(gen_file(path, 10007, 1000), 0);
 	small_model(&c, 16, 5000);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	ss_model_init(&c, params, 2);
@@ -453,7 +437,7 @@ Test(trainers, adagrad_state_lives_beside_the_replica, .timeout = 120)
 	size_t len;
 	int filled = 0;
 
-	gen_file(path, 3001);
+	cr_assert_eq(gen_file(path, 3001, 1000), 0);
 	small_model(&c, 16, 500);
 	len = ss_model_len(&c);
 	/* the replica, then a guard its training must not write */
@@ -502,7 +486,7 @@ Test(trainers, a_bad_line_stops_training_naming_it)
 	float *params;
 	FILE *f;
 
-	gen_file(path, 300);
+	cr_assert_eq(gen_file(path, 300, 1000), 0);
 	f = fopen(path, "a");
 	fputs("1\tnot-a-number\n", f);
 	fclose(f);

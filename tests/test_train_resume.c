@@ -22,22 +22,6 @@
 #define EXAMPLES 3001
 #define MAX_LEFT 64
 
-static void gen_file(char *path)
-{
-	struct ss_gen_options g;
-	struct ss_metrics teacher;
-	int fd = mkstemp(path);
-	FILE *f;
-
-	cr_assert_geq(fd, 0);
-	f = fdopen(fd, "w");
-	ss_gen_options_init(&g);
-	g.examples = EXAMPLES;
-	g.cardinality = 1000;
-	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
-	fclose(f);
-}
-
 /* Stops @ctl once @progress has seen @after examples. */
 struct stopper {
 	struct ss_train_control *ctl;
@@ -171,7 +155,7 @@ Test(resume, one_trainer_stopped_anywhere_ends_on_the_same_model,
 	/* the runs never stopped: the file as it is, and by chunks */
 	float *ref[2], *ref_acc[2], *params, *acc;
 
-	gen_file(path);
+	cr_assert_eq(gen_file(path, EXAMPLES, 1000), 0);
 	small_model(&c, 8, 500);
 	len = ss_model_len(&c);
 	params = malloc(len * sizeof(float));
@@ -234,7 +218,7 @@ Test(resume, three_trainers_read_every_example_as_often_as_unstopped,
 	struct ss_train_options o;
 	float *params;
 
-	gen_file(path);
+	cr_assert_eq(gen_file(path, EXAMPLES, 1000), 0);
 	small_model(&c, 8, 500);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	ss_model_init(&c, params, 3);
@@ -266,7 +250,7 @@ Test(resume, chunks_open_at_the_stop_are_left_and_the_rest_claimed,
 	float *params;
 	long size;
 
-	gen_file(path);
+	cr_assert_eq(gen_file(path, EXAMPLES, 1000), 0);
 	size = file_size(path);
 	small_model(&c, 8, 500);
 	params = malloc(ss_model_len(&c) * sizeof(float));
@@ -303,7 +287,7 @@ Test(resume, a_control_stopped_first_leaves_every_pass)
 	float *params;
 	int n;
 
-	gen_file(path);
+	cr_assert_eq(gen_file(path, EXAMPLES, 1000), 0);
 	small_model(&c, 8, 500);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	ss_model_init(&c, params, 3);

@@ -16,22 +16,14 @@
 SCENARIO(train_threads, two_hogwild_trainers_on_one_replica)
 {
 	char path[] = "/tmp/ss-hogwild-XXXXXX";
-	struct ss_gen_options g;
-	struct ss_metrics teacher;
 	struct ss_model_config c;
 	struct ss_train_options o;
 	struct ss_train_result res;
 	float *params;
-	int fd = mkstemp(path), rc;
-	FILE *f;
+	int rc;
 
-	check(fd >= 0, "mkstemp");
-	f = fdopen(fd, "w");
-	ss_gen_options_init(&g);
-	g.examples = 2000;
-	g.cardinality = 50; /* few rows: the trainers collide often */
-	check(ss_gen_data(f, &g, &teacher) == 0, "gen");
-	fclose(f);
+	/* few rows: the trainers collide often */
+	check(gen_file(path, 2000, 50) == 0, "gen");
 	small_model(&c, 8, 64);
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	check(params, "params");
