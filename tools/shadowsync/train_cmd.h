@@ -2,8 +2,8 @@
 /*
  * The parts of `shadowsync train`, one job a file: options
  * (train_options.c), peers (train_peers.c), checkpoints and signals
- * (train_checkpoint.c), where a stopped run was and --resume
- * (train_resume.c), progress lines (train_progress.c), evaluation and the summary (train_report.c),
+ * (train_checkpoint.c), the model and the place in the data a checkpoint
+ * keeps, and --resume (train_record.c), progress lines (train_progress.c), evaluation and the summary (train_report.c),
  * the sharded tables (train_tables.c), the metrics file (train_metrics.c),
  * and the run itself (cmd_train.c).
  */
@@ -70,7 +70,7 @@ struct ss_train_cmd {
 	long chunk_size; /* --chunk-size; 0: automatic */
 	const char *metrics; /* --metrics FILE, {rank} not yet replaced */
 	struct ss_metrics_file mfile;
-	/* --resume: @load is a checkpoint to go on from (train_resume.c) */
+	/* --resume: @load is a checkpoint to go on from (train_record.c) */
 	bool resume;
 	bool epochs_given, split_given, chunk_given;
 	struct ss_train_range *resume_ranges; /* its record's, @n_resume */
@@ -199,6 +199,15 @@ int ss_train_save(struct ss_train_cmd *c, const float *params,
  */
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf);
+
+/*
+ * ss_train_record_model() - the model a checkpoint that train saved holds
+ * (from its record, peeked: the load checks the file), how its tables
+ * were kept (enum ss_tables_kind) and its job's size.  Returns 0, or an
+ * error naming the file (one without a record: saved by an older version).
+ */
+int ss_train_record_model(const char *path, struct ss_model_config *model,
+			  int *tables, int *world);
 
 /*
  * ss_train_resume_plan() - --resume, before the sync engine is made: the

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
- * shadowsync train: where a run was in its data, kept in its checkpoints
- * as a record after the floats, and --resume, which goes on from there.
+ * shadowsync train: the record its checkpoints keep after the floats,
+ * what the model is and where the run was in its data, for eval and
+ * predict (the model) and --resume (the place), which goes on from there.
  *
  * The record (little-endian; docs/architecture.md, "Resuming"):
  *
- *    0  magic "SSRESUME"         8 bytes
+ *    0  magic "SSTRAIN\0"        8 bytes
  *    8  version (1)              u32
  *   12  split                    u32  0 chunks claimed, 1 a fixed share
  *   16  data size                u64  --data's bytes when it was saved
@@ -16,7 +17,14 @@
  *   40  chunk                    u64  chunk bytes (chunks claimed)
  *   48  claimed                  u64  chunks handed out: rank 0's
  *                                     counter, or this rank's own
- *   56  ranges: begin, end, passes, u64 each
+ *   56  tables                   u32  0 replicated, 1 sharded, 2 local
+ *   60  emb-dim                  u32
+ *   64  hash-size                u32  rows per table
+ *   68  bottom, top layers       u32 each: how many of the 9 below
+ *   76  bottom sizes             9 x u32
+ *  112  top sizes                9 x u32
+ *  148  reserved (zero)          u32
+ *  152  ranges: begin, end, passes, u64 each
  *
  * With a fixed share, the ranges are all a rank has left; with chunks,
  * the chunks it had open, and the counter hands out the rest from
@@ -31,8 +39,9 @@
 
 #include "train_cmd.h"
 
-#define SS_RESUME_MAGIC "SSRESUME"
-#define SS_RESUME_HEAD 56
+#define SS_RECORD_MAGIC "SSTRAIN\0"
+#define SS_RESUME_HEAD 152
+#define SS_RECORD_LAYERS (SS_MAX_LAYERS + 1)
 #define SS_RESUME_RANGE 24
 
 static void ss_put(unsigned char *p, uint64_t v, int bytes)
@@ -51,8 +60,9 @@ static uint64_t ss_get(const unsigned char *p, int bytes)
 }
 
 struct ss_record {
-	int split, epochs, world, rank, n;
+	int split, epochs, world, rank, n, tables;
 	uint64_t data_size, chunk, claimed;
+	struct ss_model_config model;
 	const unsigned char *ranges; /* n of them, as stored */
 };
 
@@ -74,7 +84,7 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		claimed = c->chunks->sync ? ss_sync_claimed(c->chunks->sync) :
 					    __atomic_load_n(&c->chunks->next,
 							    __ATOMIC_RELAXED);
-	memcpy(buf, SS_RESUME_MAGIC, 8);
+	memcpy(buf, SS_RECORD_MAGIC, 8);
 	ss_put(buf + 8, 1, 4);
 	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
 	ss_put(buf + 16, data_size, 8);
@@ -84,6 +94,20 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 	ss_put(buf + 36, (uint64_t)n, 4);
 	ss_put(buf + 40, c->chunks ? c->chunks->chunk : 0, 8);
 	ss_put(buf + 48, claimed, 8);
+	ss_put(buf + 56, (uint64_t)c->tables, 4);
+	ss_put(buf + 60, (uint64_t)c->model.emb_dim, 4);
+	ss_put(buf + 64, c->model.hash_size, 4);
+	ss_put(buf + 68, (uint64_t)c->model.n_bottom, 4);
+	ss_put(buf + 72, (uint64_t)c->model.n_top, 4);
+	for (int i = 0; i < SS_RECORD_LAYERS; i++) {
+		ss_put(buf + 76 + 4 * i,
+		       (uint64_t)(i < c->model.n_bottom ? c->model.bottom[i] :
+							  0),
+		       4);
+		ss_put(buf + 112 + 4 * i,
+		       (uint64_t)(i < c->model.n_top ? c->model.top[i] : 0), 4);
+	}
+	ss_put(buf + 148, 0, 4);
 	for (int i = 0; i < n; i++) {
 		unsigned char *r = buf + SS_RESUME_HEAD + i * SS_RESUME_RANGE;
 
@@ -106,14 +130,14 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 			"older version, or written by a program of its own)",
 			"start from its model with --load instead",
 			"--resume: checkpoint '%s'", path);
-	if (len < SS_RESUME_HEAD || memcmp(rec, SS_RESUME_MAGIC, 8) ||
+	if (len < SS_RESUME_HEAD || memcmp(rec, SS_RECORD_MAGIC, 8) ||
 	    ss_get(rec + 8, 4) != 1)
 		return ss_error_set(SS_EPARSE,
-				    "its place in the data is in a form this "
-				    "version does not know",
-				    "resume it with the version that saved it, "
-				    "or --load its model",
-				    "--resume: checkpoint '%s'", path);
+				    "its record (the model, the place in the "
+				    "data) is in a form this version does not "
+				    "know",
+				    "use the version that saved it",
+				    "checkpoint '%s'", path);
 	r->split = (int)ss_get(rec + 12, 4);
 	r->data_size = ss_get(rec + 16, 8);
 	r->epochs = (int)ss_get(rec + 24, 4);
@@ -122,13 +146,60 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 	r->n = (int)ss_get(rec + 36, 4);
 	r->chunk = ss_get(rec + 40, 8);
 	r->claimed = ss_get(rec + 48, 8);
+	r->tables = (int)ss_get(rec + 56, 4);
+	ss_model_config_init(&r->model);
+	r->model.emb_dim = (int)ss_get(rec + 60, 4);
+	r->model.hash_size = (uint32_t)ss_get(rec + 64, 4);
+	r->model.n_bottom = (int)ss_get(rec + 68, 4);
+	r->model.n_top = (int)ss_get(rec + 72, 4);
+	for (int i = 0; i < SS_RECORD_LAYERS; i++) {
+		r->model.bottom[i] = (int)ss_get(rec + 76 + 4 * i, 4);
+		r->model.top[i] = (int)ss_get(rec + 112 + 4 * i, 4);
+	}
 	r->ranges = rec + SS_RESUME_HEAD;
-	if (r->split > 1 || r->n < 0 ||
-	    len != SS_RESUME_HEAD + (size_t)r->n * SS_RESUME_RANGE)
+	if (r->split > 1 || r->n < 0 || r->tables < 0 ||
+	    r->tables > SS_TABLES_LOCAL ||
+	    len != SS_RESUME_HEAD + (size_t)r->n * SS_RESUME_RANGE ||
+	    r->model.n_bottom > SS_RECORD_LAYERS ||
+	    r->model.n_top > SS_RECORD_LAYERS || ss_model_check(&r->model) < 0)
 		return ss_error_set(SS_EPARSE,
-				    "its place in the data is corrupted",
+				    "its record (the model, the place in the "
+				    "data) is corrupted",
 				    "use an older checkpoint",
-				    "--resume: checkpoint '%s'", path);
+				    "checkpoint '%s'", path);
+	return 0;
+}
+
+int ss_train_record_model(const char *path, struct ss_model_config *model,
+			  int *tables, int *world)
+{
+	unsigned char *rec = malloc(SS_RESUME_RECORD_MAX);
+	struct ss_record r;
+	size_t len = 0;
+	int rc;
+
+	if (!rec)
+		return ss_error_set(-ENOMEM, NULL, NULL, "checkpoint '%s'",
+				    path);
+	rc = ss_checkpoint_peek_extra(path, rec, SS_RESUME_RECORD_MAX, &len);
+	if (rc == 0 && len == 0)
+		rc = ss_error_set(
+			SS_EUSAGE,
+			"it does not say what model it holds (saved by an older "
+			"version, or by a program of its own)",
+			"save it again with this version: train --load CKPT --save NEW, with the model's options",
+			"checkpoint '%s'", path);
+	if (rc == 0 && len <= SS_RESUME_RECORD_MAX)
+		rc = ss_record_read(rec, len, path, &r);
+	else if (rc == 0)
+		rc = ss_error_set(SS_EPARSE, "its record is too large", NULL,
+				  "checkpoint '%s'", path);
+	free(rec);
+	if (rc < 0)
+		return rc;
+	*model = r.model;
+	*tables = r.tables;
+	*world = r.world;
 	return 0;
 }
 

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync eval and predict: a saved model used without training.  The
+ * figures eval gives are those train gave for the same file; predict's
+ * probabilities are the model's, one a line; what cannot be evaluated is
+ * refused, saying why.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "ranks.h"
+
+static char dir[] = CMD_TMPFS_DIR("eval");
+
+#define MODEL "--emb-dim 4 --bottom 13-16-4 --top 16-1 --hash-size 2000"
+
+static void setup(void)
+{
+	strcpy(dir, CMD_TMPFS_DIR("eval"));
+	cmd_data_dir(dir);
+}
+
+static void teardown(void)
+{
+	cmd_rm_dir(dir);
+}
+
+TestSuite(cmd_eval, .init = setup, .fini = teardown, .timeout = 120);
+
+#define run(out, size, fmt, ...)                                     \
+	cmd_run(out, size, "cd %s && S=%s && " fmt, dir, SS_COMMAND, \
+		##__VA_ARGS__)
+
+Test(cmd_eval, eval_gives_trains_figures_and_predict_the_probabilities)
+{
+	char trained[8192], evaluated[4096], out[4096];
+	double sum = 0, p;
+	int lines = 0;
+	FILE *f;
+
+	cr_assert_eq(run(trained, sizeof(trained),
+			 "$S train --data train.txt --test test.txt " MODEL
+			 " --threads 1 --progress 0 --save m.ckpt --json "
+			 "2>&1"),
+		     0, "%s", trained);
+	cr_assert_eq(run(evaluated, sizeof(evaluated),
+			 "$S eval --load m.ckpt --data test.txt --json 2>&1"),
+		     0, "%s", evaluated);
+	cr_assert_eq(cmd_json_number(evaluated, "ne"),
+		     cmd_json_number(trained, "test_ne"), "%s\n%s", trained,
+		     evaluated);
+	cr_assert_eq(cmd_json_number(evaluated, "auc"),
+		     cmd_json_number(trained, "test_auc"));
+	cr_assert_eq(cmd_json_number(evaluated, "calibration"),
+		     cmd_json_number(trained, "test_calibration"));
+	cr_assert_eq(cmd_json_number(evaluated, "examples"), 1000);
+	/* the text form says the same */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S eval --load m.ckpt --data test.txt 2>&1"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "1000 examples: NE "), "%s", out);
+	/* one probability a line; their mean over the click rate is the
+	 * calibration eval gave */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S predict --load m.ckpt --data test.txt --out p.txt "
+			 "2>&1"),
+		     0, "%s", out);
+	snprintf(out, sizeof(out), "%s/p.txt", dir);
+	f = fopen(out, "r");
+	cr_assert_not_null(f);
+	while (fscanf(f, "%lf", &p) == 1) {
+		cr_assert(p > 0 && p < 1, "line %d: %g", lines + 1, p);
+		sum += p;
+		lines++;
+	}
+	fclose(f);
+	cr_assert_eq(lines, 1000);
+	cr_assert_float_eq(sum / lines / cmd_json_number(evaluated, "ctr"),
+			   cmd_json_number(evaluated, "calibration"), 1e-4);
+	/* and to standard output, the same lines */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S predict --load m.ckpt --data test.txt | "
+			 "cmp - p.txt && echo same"),
+		     0, "%s", out);
+}
+
+Test(cmd_eval, what_cannot_be_evaluated_is_refused)
+{
+	char out[8192];
+	int port = ranks_port_base();
+
+	/* a shard of a sharded model */
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S launch -n 2 --port %d -- train --data train.txt " MODEL
+		    " --threads 1 --progress 0 --save 's.{rank}' "
+		    ">/dev/null 2>&1 && "
+		    "$S eval --load s.0 --data test.txt 2>&1",
+		    port),
+		2, "%s", out);
+	cr_assert(strstr(out, "one shard of a sharded model"), "%s", out);
+	/* a checkpoint that does not say what model it holds */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S eval --load %s/tests/checkpoints/v1-tiny.ckpt "
+			 "--data test.txt 2>&1",
+			 SS_SOURCE_DIR),
+		     2, "%s", out);
+	cr_assert(strstr(out, "does not say what model it holds"), "%s", out);
+	/* a missing data file: no half-written --out left */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data test.txt " MODEL " --threads 1 "
+			 "--progress 0 --save m.ckpt >/dev/null 2>&1 && "
+			 "$S predict --load m.ckpt --data none.txt --out q.txt "
+			 "2>&1; ls"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "data file 'none.txt'"), "%s", out);
+	cr_assert_null(strstr(out, "q.txt"), "%s", out);
+	/* the options both need */
+	cr_assert_eq(run(out, sizeof(out), "$S eval --load m.ckpt 2>&1"), 2,
+		     "%s", out);
+	cr_assert(strstr(out, "--load and --data"), "%s", out);
+}
