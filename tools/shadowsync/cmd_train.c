@@ -308,6 +308,7 @@ int ss_cmd_train(int argc, char **argv)
 	c.train.control = c.control;
 	if (c.save)
 		ss_train_stop_on_signals(c.control);
+	c.bytes_total = ss_train_bytes_total(&c);
 	rc = ss_train(&c.model, params, &c.train, &res);
 	if (c.table) /* the lookups of training, not of evaluation */
 		ss_table_stats(c.table, &c.trained);

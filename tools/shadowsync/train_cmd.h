@@ -79,6 +79,7 @@ struct ss_train_cmd {
 	uint64_t data_size; /* --data's bytes */
 	struct ss_train_control *control; /* stops trainers, says where */
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
+	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
 	uint64_t saves; /* checkpoints written */
 	double last_save; /* when the last was (Unix time), 0: none */
 };
@@ -226,6 +227,17 @@ int ss_train_resume_plan(struct ss_train_cmd *c, uint64_t data_size);
 int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
 			 const unsigned char *rec, size_t len,
 			 uint64_t data_size);
+
+/*
+ * ss_train_bytes_total() - the bytes of data this run is to train, each
+ * pass counted (with chunks, the job's unclaimed chunks and this rank's
+ * resumed ranges), from its options before training; and
+ * ss_train_bytes_left() - as many still to train, while it trains (the
+ * chunks no rank has claimed, as far as this rank knows: at rank 0 the
+ * counter, elsewhere its own highest claim).  For percent done.
+ */
+uint64_t ss_train_bytes_total(const struct ss_train_cmd *c);
+uint64_t ss_train_bytes_left(const struct ss_train_cmd *c);
 
 /*
  * ss_train_stop_on_signals() - from now, the first SIGTERM or SIGINT stops

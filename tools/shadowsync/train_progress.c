@@ -40,6 +40,23 @@ static void ss_progress_line(struct ss_progress *p, double secs)
 				"; sync %" PRIu64 " rounds, %.1f/s, gap %.1f",
 				st.rounds, st.rounds_per_s, st.sync_gap);
 	}
+	if (p->c->bytes_total && len < (int)sizeof(line)) {
+		uint64_t left = ss_train_bytes_left(p->c);
+		double f = left < p->c->bytes_total ?
+				   1 - (double)left / (double)p->c->bytes_total :
+				   0;
+
+		len += snprintf(line + len, sizeof(line) - (size_t)len,
+				"; %.0f%% done", 100 * f);
+		/* a guess from the pace so far, once there is one */
+		if (f >= 0.01 && f < 1 && len < (int)sizeof(line)) {
+			long rest = lround(secs * (1 - f) / f);
+
+			len += snprintf(line + len, sizeof(line) - (size_t)len,
+					", %ldm%02lds left", rest / 60,
+					rest % 60);
+		}
+	}
 	if (len >= (int)sizeof(line) - 1)
 		len = (int)sizeof(line) - 2;
 	line[len++] = '\n';

@@ -338,3 +338,57 @@ int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
 	c->train.resuming = true;
 	return 0;
 }
+
+/* Bytes of @r, each pass counted. */
+static uint64_t ss_ranges_bytes(const struct ss_train_range *r, int n)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += (r[i].end - r[i].begin) * r[i].passes;
+	return sum;
+}
+
+/* Bytes in the chunks no rank has claimed, as far as this rank knows. */
+static uint64_t ss_unclaimed_bytes(const struct ss_chunks *k, uint64_t claimed)
+{
+	return claimed < k->total ? (k->total - claimed) * k->chunk : 0;
+}
+
+uint64_t ss_train_bytes_total(const struct ss_train_cmd *c)
+{
+	uint64_t sum = ss_ranges_bytes(c->train.resume, c->train.n_resume);
+
+	if (c->chunks)
+		return sum + ss_unclaimed_bytes(c->chunks, c->resume ?
+								   c->resume_claimed :
+								   0);
+	if (c->train.resuming)
+		return sum;
+	return (c->train.end - c->train.begin) * (uint64_t)c->train.epochs;
+}
+
+uint64_t ss_train_bytes_left(const struct ss_train_cmd *c)
+{
+	struct ss_train_range *left;
+	uint64_t sum = 0, claimed;
+	int n, max;
+
+	if (!c->control)
+		return 0;
+	max = ss_train_left(c->control, NULL, 0);
+	left = malloc(((size_t)max + 1) * sizeof(*left));
+	if (!left)
+		return 0;
+	n = ss_train_left(c->control, left, max);
+	sum = ss_ranges_bytes(left, n < max ? n : max);
+	free(left);
+	if (c->chunks) {
+		claimed = c->chunks->sync ?
+				  ss_sync_claimed(c->chunks->sync) :
+				  __atomic_load_n(&c->chunks->next,
+						  __ATOMIC_RELAXED);
+		sum += ss_unclaimed_bytes(c->chunks, claimed);
+	}
+	return sum;
+}
