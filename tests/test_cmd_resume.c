@@ -100,6 +100,8 @@ Test(cmd_resume, one_rank_stopped_anywhere_ends_on_the_same_model)
 			 delay),
 		     0, "%s", out);
 	cr_assert(strstr(out, "status 143"), "not stopped by SIGTERM: %s", out);
+	/* the progress lines say how far it is */
+	cr_assert(strstr(out, "% done"), "%s", out);
 	cr_assert(strstr(out, "stopped by Terminated after"), "%s", out);
 	cr_assert(strstr(out, "--resume s.ckpt"), "%s", out);
 	cr_assert_lt(saved_examples("s.ckpt"), 80 * EXAMPLES);
