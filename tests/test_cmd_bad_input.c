@@ -123,6 +123,12 @@ Test(cmd_bad_input, a_malformed_test_file)
 		     0, "%s", out);
 	cr_assert(strstr(out, "\"test_examples\":50,\"test_skipped\":2"), "%s",
 		  out);
+	/* the first lines skipped are named, with why */
+	cr_assert(strstr(out, "--bad-lines skip: t.txt:1 skipped: field 1 "
+			      "(label) 'garbage'"),
+		  "%s", out);
+	cr_assert(strstr(out, "--bad-lines skip: t.txt:52 skipped: "), "%s",
+		  out);
 }
 
 /*

@@ -313,6 +313,32 @@ static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 	return (ssize_t)len;
 }
 
+/*
+ * A skipped line, said: the first SS_SKIPS_SAID of the process by file
+ * and line number with what was wrong (a warning: what a user looks for
+ * first), the rest by byte at debug level (a line number costs a pass
+ * over the file before the range, for every chunk).
+ */
+#define SS_SKIPS_SAID 5
+static unsigned ss_skips_said;
+
+static void ss_reader_said_skip(struct ss_reader *r, uint64_t start,
+				const char *why)
+{
+	unsigned n = __atomic_fetch_add(&ss_skips_said, 1, __ATOMIC_RELAXED);
+
+	if (n < SS_SKIPS_SAID)
+		ss_log_warn("--bad-lines skip: %s:%llu skipped: %s%s", r->path,
+			    (unsigned long long)ss_line_number(r), why,
+			    n + 1 == SS_SKIPS_SAID ?
+				    " (the others are counted; SS_LOG=debug "
+				    "names each)" :
+				    "");
+	else
+		ss_log_debug("%s: skipped the line at byte %llu: %s", r->path,
+			     (unsigned long long)start, why);
+}
+
 int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 {
 	char why[160];
@@ -347,10 +373,7 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 			return 1;
 		if (r->policy == SS_BAD_LINES_SKIP) {
 			r->skipped++;
-			/* by its byte: a line number costs a pass over
-			 * the file before the range, for every chunk */
-			ss_log_debug("%s: skipped the line at byte %llu: %s",
-				     r->path, (unsigned long long)start, why);
+			ss_reader_said_skip(r, start, why);
 			continue;
 		}
 		return ss_error_set(
