@@ -365,6 +365,41 @@ Test(cmd_metrics, the_checker_refuses_bad_files)
  * One rank with a sync engine, tables replicated, held-out data: the
  * last file has the summary's figures.
  */
+/*
+ * --log-csv's file: its header, and a last row with the summary's
+ * examples and training loss (@json).
+ */
+static void check_csv(const char *json)
+{
+	char path[256], line[512], last[512] = "";
+	unsigned long long examples = 0;
+	double secs, rate, loss = -1;
+	int rows = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/log.csv", dir);
+	f = fopen(path, "r");
+	cr_assert_not_null(f, "no %s", path);
+	cr_assert_not_null(fgets(line, sizeof(line), f));
+	cr_assert_str_eq(line, "seconds,examples,examples_per_s,train_loss,"
+			       "train_ne,percent_done,rounds,rounds_per_s,"
+			       "sync_gap,lookup_wait_s\n");
+	while (fgets(line, sizeof(line), f)) {
+		rows++;
+		strcpy(last, line);
+	}
+	fclose(f);
+	cr_assert_geq(rows, 1, "no rows");
+	cr_assert_eq(sscanf(last, "%lf,%llu,%lf,%lf", &secs, &examples, &rate,
+			    &loss),
+		     4, "%s", last);
+	cr_assert_eq(examples, (unsigned long long)cmd_json_number(json,
+								 "examples"),
+		     "%s", last);
+	cr_assert_float_eq(loss, cmd_json_number(json, "train_log_loss"),
+			   1e-5, "%s", last);
+}
+
 Test(cmd_metrics, file_agrees_with_the_json_summary)
 {
 	char out[8192], path[256];
@@ -376,9 +411,10 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 			     "mkdir %s/prom && %s train --data %s/train.txt "
 			     "--test %s/test.txt " MODEL
 			     " --threads 1 --progress 1 --json --metrics %s "
-			     "--save %s/m.ckpt 2>/dev/null",
-			     dir, SS_COMMAND, dir, dir, path, dir),
+			     "--save %s/m.ckpt --log-csv %s/log.csv 2>/dev/null",
+			     dir, SS_COMMAND, dir, dir, path, dir, dir),
 		     0, "%s", out);
+	check_csv(out);
 	text = read_text(path);
 	cr_assert_not_null(text, "no %s", path);
 	check_exposition(text + 1, 0);

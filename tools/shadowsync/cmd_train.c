@@ -134,6 +134,8 @@ int ss_cmd_train(int argc, char **argv)
 	ss_log_info("plan: %d trainer%s; %s", plan->trainers,
 		    plan->trainers == 1 ? "" : "s", plan->note);
 	rc = ss_train_metrics_open(&c); /* its path, before any training */
+	if (rc == 0)
+		rc = ss_train_csv_open(&c);
 	if (rc < 0)
 		goto out;
 
@@ -339,6 +341,7 @@ int ss_cmd_train(int argc, char **argv)
 	 * must not hold this rank back from the others' final barrier.
 	 */
 	ss_progress_stop(&prog, prog_thread, &prog_started);
+	ss_train_csv_row(&prog, res.seconds); /* the run's last figures */
 	/* every row pushed is in before anyone saves or evaluates */
 	if (c.table &&
 	    ss_table_flush(c.table, 4 * c.sync.round_timeout_ms + 5000) < 0)
@@ -395,6 +398,7 @@ out:
 	free(c.peers);
 	ss_job_free(&c.job);
 	ss_train_stop_on_signals(NULL);
+	ss_train_csv_close(&c);
 	ss_train_control_free(&c.control);
 	free(c.resume_ranges);
 	/* stopped by a signal: die of it, as a rank killed by it would

@@ -80,6 +80,8 @@ struct ss_train_cmd {
 	struct ss_train_control *control; /* stops trainers, says where */
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
 	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
+	const char *log_csv; /* --log-csv FILE, {rank} not yet replaced */
+	FILE *csv; /* open on it, where this rank writes one */
 	uint64_t saves; /* checkpoints written */
 	double last_save; /* when the last was (Unix time), 0: none */
 };
@@ -249,6 +251,18 @@ uint64_t ss_train_bytes_left(const struct ss_train_cmd *c);
 #define SS_TRAIN_STOP_S 60
 void ss_train_stop_on_signals(struct ss_train_control *ctl);
 int ss_train_stop_signal(void);
+
+/*
+ * --log-csv: ss_train_csv_open() - the file, {rank} as for --save, with
+ * its header (before training; an error names the option and path);
+ * ss_train_csv_row() - a row of the figures so far, @secs into training
+ * (the progress thread's every --progress, and one at the end);
+ * ss_train_csv_close().  Without --log-csv, or a rank that does not
+ * write one, they do nothing.
+ */
+int ss_train_csv_open(struct ss_train_cmd *c);
+void ss_train_csv_row(struct ss_progress *p, double secs);
+void ss_train_csv_close(struct ss_train_cmd *c);
 
 /* The progress thread: lines every --progress s, saves every --save-every. */
 void *ss_progress_main(void *arg);

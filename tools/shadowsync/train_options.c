@@ -114,6 +114,9 @@ static void ss_train_usage(FILE *out)
 		"                         atomically every --progress S and at the end\n"
 		"                         (node_exporter's textfile collector reads *.prom;\n"
 		"                         {rank} as for --save; docs/deploying.md)\n"
+		"  --log-csv FILE         the progress figures, a row every --progress S\n"
+		"                         and one at the end, for plotting ({rank} as for\n"
+		"                         --save; docs/deploying.md)\n"
 		"  --json                 print the summary as JSON\n"
 		"  -v, --verbose          log at debug level\n"
 		"  -h, --help             this help\n");
@@ -171,6 +174,7 @@ enum {
 	OPT_CHUNK_SIZE,
 	OPT_METRICS,
 	OPT_RESUME,
+	OPT_LOG_CSV,
 	OPT_END,
 };
 
@@ -280,6 +284,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "load", required_argument, NULL, OPT_LOAD },
 		{ "resume", required_argument, NULL, OPT_RESUME },
 		{ "metrics", required_argument, NULL, OPT_METRICS },
+		{ "log-csv", required_argument, NULL, OPT_LOG_CSV },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -513,6 +518,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_JSON:
 			c->json = true;
+			break;
+		case OPT_LOG_CSV:
+			c->log_csv = optarg;
 			break;
 		case OPT_METRICS:
 			c->metrics = optarg;

@@ -64,6 +64,62 @@ static void ss_progress_line(struct ss_progress *p, double secs)
 		return; /* stderr gone: nothing to tell */
 }
 
+int ss_train_csv_open(struct ss_train_cmd *c)
+{
+	char buf[4096];
+	const char *path;
+
+	if (!c->log_csv)
+		return 0;
+	/* as a --save path: every rank with {rank}, else rank 0 */
+	path = ss_checkpoint_path(c, c->log_csv, true, buf, sizeof(buf));
+	if (!path)
+		return 0;
+	c->csv = fopen(path, "w");
+	if (!c->csv)
+		return ss_error_set(-errno, NULL,
+				    "its folder must exist and be writable",
+				    "--log-csv '%s'", path);
+	setvbuf(c->csv, NULL, _IOLBF, 0); /* a row whole, as it comes */
+	fprintf(c->csv, "seconds,examples,examples_per_s,train_loss,train_ne,"
+			"percent_done,rounds,rounds_per_s,sync_gap,"
+			"lookup_wait_s\n");
+	return 0;
+}
+
+void ss_train_csv_row(struct ss_progress *p, double secs)
+{
+	struct ss_train_cmd *c = p->c;
+	struct ss_sync_stats st = { 0 };
+	struct ss_table_stats ts = { 0 };
+	uint64_t ex, left;
+	double loss, ne;
+
+	if (!c->csv)
+		return;
+	ss_train_progress_read(&p->totals, &ex, &loss, &ne);
+	if (p->sync)
+		ss_sync_get_stats(p->sync, &st);
+	if (c->table)
+		ss_table_stats(c->table, &ts);
+	left = c->bytes_total ? ss_train_bytes_left(c) : 0;
+	fprintf(c->csv, "%.3f,%" PRIu64 ",%.1f,%.6f,%.6f,%.1f,%" PRIu64
+			",%.2f,%.2f,%.3f\n",
+		secs, ex, secs > 0 ? (double)ex / secs : 0, loss, ne,
+		c->bytes_total && left < c->bytes_total ?
+			100 * (1 - (double)left / (double)c->bytes_total) :
+			0,
+		st.rounds, st.rounds_per_s, st.sync_gap,
+		(double)ts.lookup_wait_ns / 1e9);
+}
+
+void ss_train_csv_close(struct ss_train_cmd *c)
+{
+	if (c->csv && fclose(c->csv) != 0)
+		ss_log_warn("--log-csv: %s", strerror(errno));
+	c->csv = NULL;
+}
+
 /*
  * Progress lines every --progress seconds and checkpoints every
  * --save-every seconds, while the trainers run.  A periodic save that
@@ -99,6 +155,7 @@ void *ss_progress_main(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (now >= next_line) {
 			ss_progress_line(p, (double)(now - start) / 1e9);
+			ss_train_csv_row(p, (double)(now - start) / 1e9);
 			ss_train_metrics_update(p, (double)(now - start) / 1e9);
 			/* the next due time after now: a save that took longer
 			 * than the interval is not followed by a burst */
