@@ -373,7 +373,7 @@ static void check_csv(const char *json)
 {
 	char path[256], line[512], last[512] = "";
 	unsigned long long examples = 0;
-	double secs, rate, loss = -1;
+	double secs, rate, loss = -1, ne, done;
 	int rows = 0;
 	FILE *f;
 
@@ -390,14 +390,15 @@ static void check_csv(const char *json)
 	}
 	fclose(f);
 	cr_assert_geq(rows, 1, "no rows");
-	cr_assert_eq(sscanf(last, "%lf,%llu,%lf,%lf", &secs, &examples, &rate,
-			    &loss),
-		     4, "%s", last);
-	cr_assert_eq(examples, (unsigned long long)cmd_json_number(json,
-								 "examples"),
+	cr_assert_eq(sscanf(last, "%lf,%llu,%lf,%lf,%lf,%lf", &secs, &examples,
+			    &rate, &loss, &ne, &done),
+		     6, "%s", last);
+	cr_assert_eq(done, 100, "the end's row: %s", last);
+	cr_assert_eq(examples,
+		     (unsigned long long)cmd_json_number(json, "examples"),
 		     "%s", last);
-	cr_assert_float_eq(loss, cmd_json_number(json, "train_log_loss"),
-			   1e-5, "%s", last);
+	cr_assert_float_eq(loss, cmd_json_number(json, "train_log_loss"), 1e-5,
+			   "%s", last);
 }
 
 Test(cmd_metrics, file_agrees_with_the_json_summary)
@@ -407,13 +408,14 @@ Test(cmd_metrics, file_agrees_with_the_json_summary)
 	int rc;
 
 	snprintf(path, sizeof(path), "%s/prom/shadowsync.prom", dir);
-	cr_assert_eq(cmd_run(out, sizeof(out),
-			     "mkdir %s/prom && %s train --data %s/train.txt "
-			     "--test %s/test.txt " MODEL
-			     " --threads 1 --progress 1 --json --metrics %s "
-			     "--save %s/m.ckpt --log-csv %s/log.csv 2>/dev/null",
-			     dir, SS_COMMAND, dir, dir, path, dir, dir),
-		     0, "%s", out);
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"mkdir %s/prom && %s train --data %s/train.txt "
+			"--test %s/test.txt " MODEL
+			" --threads 1 --progress 1 --json --metrics %s "
+			"--save %s/m.ckpt --log-csv %s/log.csv 2>/dev/null",
+			dir, SS_COMMAND, dir, dir, path, dir, dir),
+		0, "%s", out);
 	check_csv(out);
 	text = read_text(path);
 	cr_assert_not_null(text, "no %s", path);

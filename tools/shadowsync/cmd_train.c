@@ -311,6 +311,9 @@ int ss_cmd_train(int argc, char **argv)
 	if (c.save)
 		ss_train_stop_on_signals(c.control);
 	c.bytes_total = ss_train_bytes_total(&c);
+	ss_log_info("training%s", c.save ? ": SIGTERM or Ctrl-C stops it at "
+					   "its next batch and saves there" :
+					   "");
 	rc = ss_train(&c.model, params, &c.train, &res);
 	if (c.table) /* the lookups of training, not of evaluation */
 		ss_table_stats(c.table, &c.trained);

@@ -42,9 +42,10 @@ static void ss_progress_line(struct ss_progress *p, double secs)
 	}
 	if (p->c->bytes_total && len < (int)sizeof(line)) {
 		uint64_t left = ss_train_bytes_left(p->c);
-		double f = left < p->c->bytes_total ?
-				   1 - (double)left / (double)p->c->bytes_total :
-				   0;
+		double f =
+			left < p->c->bytes_total ?
+				1 - (double)left / (double)p->c->bytes_total :
+				0;
 
 		len += snprintf(line + len, sizeof(line) - (size_t)len,
 				"; %.0f%% done", 100 * f);
@@ -103,8 +104,9 @@ void ss_train_csv_row(struct ss_progress *p, double secs)
 	if (c->table)
 		ss_table_stats(c->table, &ts);
 	left = c->bytes_total ? ss_train_bytes_left(c) : 0;
-	fprintf(c->csv, "%.3f,%" PRIu64 ",%.1f,%.6f,%.6f,%.1f,%" PRIu64
-			",%.2f,%.2f,%.3f\n",
+	fprintf(c->csv,
+		"%.3f,%" PRIu64 ",%.1f,%.6f,%.6f,%.1f,%" PRIu64
+		",%.2f,%.2f,%.3f\n",
 		secs, ex, secs > 0 ? (double)ex / secs : 0, loss, ne,
 		c->bytes_total && left < c->bytes_total ?
 			100 * (1 - (double)left / (double)c->bytes_total) :

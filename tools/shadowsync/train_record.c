@@ -360,9 +360,9 @@ uint64_t ss_train_bytes_total(const struct ss_train_cmd *c)
 	uint64_t sum = ss_ranges_bytes(c->train.resume, c->train.n_resume);
 
 	if (c->chunks)
-		return sum + ss_unclaimed_bytes(c->chunks, c->resume ?
-								   c->resume_claimed :
-								   0);
+		return sum +
+		       ss_unclaimed_bytes(c->chunks,
+					  c->resume ? c->resume_claimed : 0);
 	if (c->train.resuming)
 		return sum;
 	return (c->train.end - c->train.begin) * (uint64_t)c->train.epochs;
@@ -384,10 +384,9 @@ uint64_t ss_train_bytes_left(const struct ss_train_cmd *c)
 	sum = ss_ranges_bytes(left, n < max ? n : max);
 	free(left);
 	if (c->chunks) {
-		claimed = c->chunks->sync ?
-				  ss_sync_claimed(c->chunks->sync) :
-				  __atomic_load_n(&c->chunks->next,
-						  __ATOMIC_RELAXED);
+		claimed = c->chunks->sync ? ss_sync_claimed(c->chunks->sync) :
+					    __atomic_load_n(&c->chunks->next,
+							    __ATOMIC_RELAXED);
 		sum += ss_unclaimed_bytes(c->chunks, claimed);
 	}
 	return sum;

@@ -94,7 +94,7 @@ class SyncOptions(ctypes.Structure):
                 ("max_rounds_per_s", c_double), ("max_bytes_per_s", c_double),
                 ("topo", c_void_p), ("numa", c_int), ("synced", c_size_t),
                 ("hierarchical_from", c_int), ("max_gap", c_uint64),
-                ("start_alike", c_bool)]
+                ("start_alike", c_bool), ("claims_from", c_uint64)]
 
 
 class SyncStats(ctypes.Structure):
