@@ -121,7 +121,7 @@ Test(cmd_resume, one_rank_stopped_anywhere_ends_on_the_same_model)
  * claimed: all the ranks' examples, the two runs together, are the
  * epochs' examples, exactly.
  */
-static void check_ranks(int world, int epochs)
+static void check_ranks(int world, int epochs, const char *options)
 {
 	char out[16384], name[32];
 	int port = ranks_port_base(), delay = rand() % 300;
@@ -130,8 +130,8 @@ static void check_ranks(int world, int epochs)
 	cr_assert_eq(run(out, sizeof(out),
 			 STOPPED("$S launch -n %d --port %d -- train --data "
 				 "a.txt " TRAIN " --epochs %d --progress 0 "
-				 "--save 's.{rank}'") "; cat run.out",
-			 world, port, epochs, world, delay),
+				 "--save 's.{rank}' %s") "; cat run.out",
+			 world, port, epochs, options, world, delay),
 		     0, "%s", out);
 	cr_assert(strstr(out, "stopped by Terminated after"), "%s", out);
 	for (int r = 0; r < world; r++) {
@@ -159,12 +159,13 @@ static void check_ranks(int world, int epochs)
 
 Test(cmd_resume, two_ranks_train_every_example_as_often_as_one_run)
 {
-	check_ranks(2, 40);
+	check_ranks(2, 40, "");
 }
 
+/* and with the chunks of each epoch shuffled */
 Test(cmd_resume, four_ranks_train_every_example_as_often_as_one_run)
 {
-	check_ranks(4, 40);
+	check_ranks(4, 40, "--shuffle");
 }
 
 /* What cannot go on from a checkpoint is refused, naming it and why. */
@@ -190,6 +191,17 @@ Test(cmd_resume, what_cannot_be_resumed_is_refused)
 			 "--epochs 3 --resume m.ckpt 2>&1"),
 		     2, "%s", out);
 	cr_assert(strstr(out, "drop --epochs"), "%s", out);
+	/* chunks shuffled where they were not */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN " --sync none "
+			 "--shuffle --resume m.ckpt 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "saved without --shuffle"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN " --shuffle "
+			 "--data-split static 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--shuffle with --data-split static"), "%s", out);
 	/* a checkpoint with no place in the data: --load it */
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S train --data b.txt --emb-dim 2 --bottom 13-2 "

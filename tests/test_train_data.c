@@ -836,3 +836,65 @@ Test(data, lines_longer_than_the_first_buffer_are_read_whole)
 		  ss_last_error()->what);
 	ss_reader_close(&r);
 }
+
+/*
+ * The chunks of each epoch, in the file's order or shuffled: every chunk
+ * exactly once an epoch; shuffled, in another order each epoch, and the
+ * same order for every claimer that sets the same value.
+ */
+Test(chunks, every_chunk_once_an_epoch_in_order_or_shuffled)
+{
+	enum { EPOCHS = 3, PER = 37 };
+	struct ss_chunks k = { 0 }, again = { 0 };
+	uint64_t begin, end, b2, e2, order[EPOCHS][PER];
+	int seen[PER];
+
+	ss_chunks_plan(&k, PER * 1000 - 123, 1, 1000, EPOCHS);
+	cr_assert_eq(k.per_epoch, PER);
+	for (int shuffled = 0; shuffled < 2; shuffled++) {
+		k.next = again.next = 0;
+		k.shuffle = shuffled ? 0x1234567 : 0;
+		again = k;
+		for (int e = 0; e < EPOCHS; e++) {
+			memset(seen, 0, sizeof(seen));
+			for (int i = 0; i < PER; i++) {
+				cr_assert_eq(ss_chunks_next(&k, &begin, &end),
+					     1);
+				cr_assert_eq(ss_chunks_next(&again, &b2, &e2),
+					     1);
+				cr_assert_eq(begin, b2, "one order for all");
+				cr_assert_eq(begin % 1000, 0);
+				cr_assert_eq(end, begin + 1000 < k.size ?
+							  begin + 1000 :
+							  k.size);
+				order[e][i] = begin / 1000;
+				seen[order[e][i]]++;
+			}
+			for (int i = 0; i < PER; i++)
+				cr_assert_eq(seen[i], 1,
+					     "epoch %d: chunk %d "
+					     "read %d times",
+					     e, i, seen[i]);
+		}
+		cr_assert_eq(ss_chunks_next(&k, &begin, &end), 0, "the end");
+		for (int e = 0; e < EPOCHS; e++) {
+			int moved = 0, from_last = 0;
+
+			for (int i = 0; i < PER; i++) {
+				moved += order[e][i] != (uint64_t)i;
+				from_last +=
+					e > 0 && order[e][i] != order[e - 1][i];
+			}
+			if (!shuffled) {
+				cr_assert_eq(moved, 0, "in the file's order");
+				continue;
+			}
+			cr_assert_gt(moved, PER / 2, "epoch %d barely moved",
+				     e);
+			if (e > 0)
+				cr_assert_gt(from_last, PER / 2,
+					     "epoch %d in epoch %d's order", e,
+					     e - 1);
+		}
+	}
+}

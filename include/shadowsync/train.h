@@ -480,12 +480,19 @@ struct ss_chunks {
 	struct ss_sync *sync; /* NULL: the local counter */
 	uint64_t next; /* the local counter */
 	uint64_t size, chunk, per_epoch, total; /* set by ss_chunks_plan() */
+	/*
+	 * Nonzero: each epoch's chunks in an order drawn from this value
+	 * and the epoch (every chunk once an epoch), the same on every
+	 * rank that sets it alike; 0 (ss_chunks_plan's): the file's order.
+	 */
+	uint64_t shuffle;
 };
 
 /*
  * ss_chunks_plan() - the chunks of a file of @size bytes: @chunk_size
  * bytes each (<= 0: about 64 a rank of @world, 64 KiB to 64 MiB), for
- * @epochs passes.  Leaves @k->sync and @k->next as they are.
+ * @epochs passes.  Leaves @k->sync, @k->next and @k->shuffle as they
+ * are.
  */
 void ss_chunks_plan(struct ss_chunks *k, uint64_t size, int world,
 		    long chunk_size, int epochs);

@@ -17,6 +17,33 @@ static inline uint64_t ss__mix64(uint64_t x)
 	return x ^ (x >> 31);
 }
 
+/*
+ * A permutation of [0, @n) drawn from @h: i -> (*@mult i + *@add) mod n,
+ * *@mult coprime to n.  Stateless and the same everywhere: neighbours
+ * land far apart, every place exactly once.
+ */
+static inline void ss__affine_permutation(uint64_t h, uint64_t n,
+					  uint64_t *mult, uint64_t *add)
+{
+	uint64_t a = n > 1 ? 1 + h % (n - 1) : 1;
+
+	for (;;) { /* the first coprime from a up: gcd(a, n) == 1 */
+		uint64_t x = a, y = n;
+
+		while (y) {
+			uint64_t t = x % y;
+
+			x = y;
+			y = t;
+		}
+		if (x == 1)
+			break;
+		a = a + 1 < n ? a + 1 : 1;
+	}
+	*mult = a;
+	*add = n ? ss__mix64(h) % n : 0;
+}
+
 /* A uniform draw in (0, 1); advances @state. */
 static inline double ss__uniform(uint64_t *state)
 {

@@ -127,17 +127,6 @@ int ss_table_addrs(const char *const *sync_addrs, int world,
 	return ss_table_addrs_apart(sync_addrs, world, addrs);
 }
 
-static uint64_t ss_gcd(uint64_t a, uint64_t b)
-{
-	while (b) {
-		uint64_t t = a % b;
-
-		a = b;
-		b = t;
-	}
-	return a;
-}
-
 void ss__table_place(const struct ss_table *tb, int t, uint32_t row, int *owner,
 		     uint32_t *slot)
 {
@@ -201,14 +190,9 @@ static int ss_table_check(const struct ss_table_options *o)
 static void ss_table_permutations(struct ss_table *tb)
 {
 	for (int t = 0; t < tb->opts.tables; t++) {
-		uint64_t h = ss__mix64(0x5ba4dull ^ (uint64_t)t),
-			 rows = tb->opts.rows;
-		uint64_t a = rows > 1 ? 1 + h % (rows - 1) : 1;
-
-		while (ss_gcd(a, rows) != 1)
-			a = a + 1 < rows ? a + 1 : 1;
-		tb->mult[t] = a;
-		tb->add[t] = ss__mix64(h) % rows;
+		ss__affine_permutation(ss__mix64(0x5ba4dull ^ (uint64_t)t),
+				       tb->opts.rows, &tb->mult[t],
+				       &tb->add[t]);
 	}
 }
 

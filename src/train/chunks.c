@@ -5,8 +5,25 @@
  * (ss_sync_claim), mapped to byte ranges of the file, epoch after epoch,
  * so that a rank that trains faster takes more of them.
  */
+#include "base/mix.h"
 #include "shadowsync/sync.h"
 #include "shadowsync/train.h"
+
+/*
+ * Which chunk of its epoch claim @n reads: in the file's order, or with
+ * @k->shuffle in an order drawn from it and the epoch (an affine
+ * permutation: every chunk once an epoch, another order each epoch).
+ */
+static uint64_t ss_chunk_of_epoch(const struct ss_chunks *k, uint64_t n)
+{
+	uint64_t i = n % k->per_epoch, mult, add;
+
+	if (!k->shuffle)
+		return i;
+	ss__affine_permutation(ss__mix64(k->shuffle ^ n / k->per_epoch),
+			       k->per_epoch, &mult, &add);
+	return (mult * i + add) % k->per_epoch;
+}
 
 int ss_chunks_next(void *ctx, uint64_t *begin, uint64_t *end)
 {
@@ -23,7 +40,7 @@ int ss_chunks_next(void *ctx, uint64_t *begin, uint64_t *end)
 	}
 	if (n >= k->total)
 		return 0;
-	*begin = n % k->per_epoch * k->chunk;
+	*begin = ss_chunk_of_epoch(k, n) * k->chunk;
 	*end = *begin + k->chunk < k->size ? *begin + k->chunk : k->size;
 	return 1;
 }

@@ -255,18 +255,24 @@ int ss_cmd_train(int argc, char **argv)
 	 * counter in common: each keeps its own share.
 	 */
 	if (c.split < 0) /* chunks help ranks, not one rank's trainers */
-		c.split = sync && c.fabric.world > 1 ? 0 : 1;
+		c.split = c.shuffle || (sync && c.fabric.world > 1) ? 0 : 1;
 	if (c.split == 0 && !sync && c.fabric.world > 1) {
 		ss_log_warn("--sync none: no counter in common, so each rank "
 			    "reads its own 1/%d of the data (--data-split "
-			    "static)",
-			    c.fabric.world);
+			    "static)%s",
+			    c.fabric.world,
+			    c.shuffle ? ", in order: no chunks to --shuffle" :
+					"");
 		c.split = 1;
 	}
 	if (c.split == 0) {
 		ss_chunks_plan(&chunks, (uint64_t)st.st_size, c.fabric.world,
 			       c.chunk_size, c.train.epochs);
 		chunks.sync = sync;
+		/* one order on every rank: from --seed, as the model */
+		if (c.shuffle && !c.shuffle_from)
+			c.shuffle_from = ss_train_shuffle_seed(c.seed);
+		chunks.shuffle = c.shuffle ? c.shuffle_from : 0;
 		/* resumed: the local counter where it was (a sync engine's
 		 * is set at rank 0 by claims_from) */
 		if (c.resume && !sync)

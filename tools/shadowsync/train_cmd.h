@@ -80,6 +80,8 @@ struct ss_train_cmd {
 	struct ss_train_control *control; /* stops trainers, says where */
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
 	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
+	bool shuffle; /* --shuffle: the chunks' order drawn each epoch */
+	uint64_t shuffle_from; /* the value it is drawn from (the record's) */
 	const char *log_csv; /* --log-csv FILE, {rank} not yet replaced */
 	FILE *csv; /* open on it, where this rank writes one */
 	uint64_t saves; /* checkpoints written */
@@ -240,6 +242,9 @@ int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
  */
 uint64_t ss_train_bytes_total(const struct ss_train_cmd *c);
 uint64_t ss_train_bytes_left(const struct ss_train_cmd *c);
+
+/* ss_train_shuffle_seed() - --shuffle's value (nonzero) from --seed. */
+uint64_t ss_train_shuffle_seed(long seed);
 
 /*
  * ss_train_stop_on_signals() - from now, the first SIGTERM or SIGINT stops

@@ -29,6 +29,9 @@ static void ss_train_usage(FILE *out)
 		"                         --sync none): each rank reads its fixed 1/N\n"
 		"  --chunk-size BYTES     dynamic: bytes a chunk (default: the file over 64\n"
 		"                         per rank, 64 KiB to 64 MiB)\n"
+		"  --shuffle              each epoch's chunks in another order, drawn from\n"
+		"                         --seed (every chunk once an epoch; dynamic, the\n"
+		"                         split it takes when none is given)\n"
 		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
 		"  --bad-lines P          fail (default) or skip malformed lines\n"
 		"model\n"
@@ -175,6 +178,7 @@ enum {
 	OPT_METRICS,
 	OPT_RESUME,
 	OPT_LOG_CSV,
+	OPT_SHUFFLE,
 	OPT_END,
 };
 
@@ -223,6 +227,11 @@ static int ss_train_unused(const struct ss_train_cmd *c, const bool *given)
 				    "rank: drop it, or give --data-split "
 				    "dynamic",
 				    "--chunk-size with --data-split static");
+	if (c->shuffle && c->split == 1)
+		return ss_error_set(SS_EUSAGE, "it shuffles chunks",
+				    "a static split reads one byte range a "
+				    "rank in order: drop --data-split static",
+				    "--shuffle with --data-split static");
 	return 0;
 }
 
@@ -251,6 +260,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "epochs", required_argument, NULL, OPT_EPOCHS },
 		{ "data-split", required_argument, NULL, OPT_DATA_SPLIT },
 		{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
+		{ "shuffle", no_argument, NULL, OPT_SHUFFLE },
 		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "mode", required_argument, NULL, OPT_MODE },
@@ -518,6 +528,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_JSON:
 			c->json = true;
+			break;
+		case OPT_SHUFFLE:
+			c->shuffle = true;
 			break;
 		case OPT_LOG_CSV:
 			c->log_csv = optarg;

@@ -24,7 +24,9 @@
  *   76  bottom sizes             9 x u32
  *  112  top sizes                9 x u32
  *  148  reserved (zero)          u32
- *  152  ranges: begin, end, passes, u64 each
+ *  152  shuffle                  u64  what the chunks' order is drawn
+ *                                     from (--shuffle), 0: none
+ *  160  ranges: begin, end, passes, u64 each
  *
  * With a fixed share, the ranges are all a rank has left; with chunks,
  * the chunks it had open, and the counter hands out the rest from
@@ -40,7 +42,7 @@
 #include "train_cmd.h"
 
 #define SS_RECORD_MAGIC "SSTRAIN\0"
-#define SS_RESUME_HEAD 152
+#define SS_RESUME_HEAD 160
 #define SS_RECORD_LAYERS (SS_MAX_LAYERS + 1)
 #define SS_RESUME_RANGE 24
 
@@ -61,7 +63,7 @@ static uint64_t ss_get(const unsigned char *p, int bytes)
 
 struct ss_record {
 	int split, epochs, world, rank, n, tables;
-	uint64_t data_size, chunk, claimed;
+	uint64_t data_size, chunk, claimed, shuffle;
 	struct ss_model_config model;
 	const unsigned char *ranges; /* n of them, as stored */
 };
@@ -108,6 +110,7 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       (uint64_t)(i < c->model.n_top ? c->model.top[i] : 0), 4);
 	}
 	ss_put(buf + 148, 0, 4);
+	ss_put(buf + 152, c->chunks ? c->chunks->shuffle : 0, 8);
 	for (int i = 0; i < n; i++) {
 		unsigned char *r = buf + SS_RESUME_HEAD + i * SS_RESUME_RANGE;
 
@@ -156,6 +159,7 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 		r->model.bottom[i] = (int)ss_get(rec + 76 + 4 * i, 4);
 		r->model.top[i] = (int)ss_get(rec + 112 + 4 * i, 4);
 	}
+	r->shuffle = ss_get(rec + 152, 8);
 	r->ranges = rec + SS_RESUME_HEAD;
 	if (r->split > 1 || r->n < 0 || r->tables < 0 ||
 	    r->tables > SS_TABLES_LOCAL ||
@@ -236,6 +240,11 @@ static int ss_record_fits(const struct ss_train_cmd *c,
 				    "--resume: checkpoint '%s' (--data-split "
 				    "%s)",
 				    path, split[r->split]);
+	if (c->shuffle && !r->shuffle)
+		return ss_error_set(SS_EUSAGE, "it was saved without --shuffle",
+				    "drop --shuffle: a resumed run reads the "
+				    "chunks in the order it was saved with",
+				    "--resume: checkpoint '%s'", path);
 	if (c->epochs_given && c->train.epochs != r->epochs)
 		return ss_error_set(SS_EUSAGE, "it was saved with other epochs",
 				    "drop --epochs: a resumed run finishes "
@@ -298,6 +307,8 @@ int ss_train_resume_plan(struct ss_train_cmd *c, uint64_t data_size)
 	if (r.split == 0)
 		c->chunk_size = (long)r.chunk;
 	c->resume_claimed = r.claimed;
+	c->shuffle = r.shuffle != 0;
+	c->shuffle_from = r.shuffle;
 	c->sync.claims_from = r.split == 0 ? r.claimed : 0;
 	return 0;
 }
@@ -312,8 +323,9 @@ int ss_train_resume_take(struct ss_train_cmd *c, const char *path,
 	if (rc == 0)
 		rc = ss_record_fits(c, &r, path, data_size);
 	/* the plan was made from the file before the load checked it */
-	if (rc == 0 && (r.split != c->split || r.epochs != c->train.epochs ||
-			r.claimed != c->resume_claimed))
+	if (rc == 0 &&
+	    (r.split != c->split || r.epochs != c->train.epochs ||
+	     r.claimed != c->resume_claimed || r.shuffle != c->shuffle_from))
 		rc = ss_error_set(SS_EPARSE,
 				  "it changed while it was being read",
 				  "do not rewrite a checkpoint in place; "
@@ -390,4 +402,10 @@ uint64_t ss_train_bytes_left(const struct ss_train_cmd *c)
 		sum += ss_unclaimed_bytes(c->chunks, claimed);
 	}
 	return sum;
+}
+
+uint64_t ss_train_shuffle_seed(long seed)
+{
+	return ((uint64_t)seed + 1) * 0x9e3779b97f4a7c15ull |
+	       1; /* mixed in use */
 }

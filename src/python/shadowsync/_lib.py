@@ -162,7 +162,7 @@ class ModelConfig(ctypes.Structure):
 class Chunks(ctypes.Structure):
     _fields_ = [("sync", c_void_p), ("next", c_uint64), ("size", c_uint64),
                 ("chunk", c_uint64), ("per_epoch", c_uint64),
-                ("total", c_uint64)]
+                ("total", c_uint64), ("shuffle", c_uint64)]
 
 
 class Metrics(ctypes.Structure):
