@@ -70,6 +70,14 @@ int ss_reader_open(struct ss_reader **reader, const char *path, uint64_t begin,
 int ss_reader_next(struct ss_reader *reader, struct ss_example *example);
 
 /*
+ * ss_reader_fill() - up to @max next examples into @examples (a batch).
+ * Returns how many (fewer than @max only at the end of the range, 0
+ * there), or what ss_reader_next() returned on a bad line or an error.
+ */
+int ss_reader_fill(struct ss_reader *reader, struct ss_example *examples,
+		   int max);
+
+/*
  * ss_reader_tell() - the byte where the next line starts: reopened at it,
  * a reader goes on where this one stopped.
  */

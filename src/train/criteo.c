@@ -384,6 +384,15 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 	}
 }
 
+int ss_reader_fill(struct ss_reader *r, struct ss_example *examples, int max)
+{
+	int got = 0, rc = 1;
+
+	while (got < max && (rc = ss_reader_next(r, &examples[got])) == 1)
+		got++;
+	return rc < 0 ? rc : got;
+}
+
 uint64_t ss_reader_tell(const struct ss_reader *r)
 {
 	return r->pos;

@@ -258,16 +258,14 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 			   struct ss_example *batch)
 {
 	for (;;) {
-		int got = 0, more = 1, rc;
+		int got, rc;
 
 		if (!*reader)
 			return 0; /* the last range is done */
-		while (got < t->opts->batch &&
-		       (more = ss_reader_next(*reader, &batch[got])) == 1)
-			got++;
-		if (more < 0)
-			return more;
-		if (more == 0) {
+		got = ss_reader_fill(*reader, batch, t->opts->batch);
+		if (got < 0)
+			return got;
+		if (got < t->opts->batch) { /* the range is done */
 			rc = ss_trainer_next(t, reader, true);
 			if (rc < 0)
 				return rc;
@@ -393,13 +391,10 @@ static int ss_trainer_run(struct ss_trainer *t)
 	if (rc == 1 && o->table)
 		rc = ss_trainer_run_sharded(t, work, &reader);
 	while (rc == 1) {
-		int got = 0, more = 1;
+		int got = ss_reader_fill(reader, batch, o->batch);
 
-		while (got < o->batch &&
-		       (more = ss_reader_next(reader, &batch[got])) == 1)
-			got++;
-		if (more < 0) {
-			rc = more;
+		if (got < 0) {
+			rc = got;
 			break;
 		}
 		if (got > 0) {
@@ -414,7 +409,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 			ss_trainer_publish(t, &at);
 			rc = 1;
 		}
-		if (more == 0)
+		if (got < o->batch) /* the range is done */
 			rc = ss_trainer_next(t, &reader, true);
 		else if (ss_train_stopping(t->ctl))
 			rc = 0;

@@ -98,13 +98,11 @@ static int ss_predict_file(const struct ss_model_config *m, const float *params,
 	if (rc == 0)
 		rc = ss_reader_open(&r, path, 0, 0, bad);
 	while (rc == 0) {
-		for (got = 0;
-		     got < 256 && (rc = ss_reader_next(r, &batch[got])) == 1;
-		     got++)
-			;
-		if (rc < 0 || got == 0)
+		got = ss_reader_fill(r, batch, 256);
+		if (got <= 0) {
+			rc = got;
 			break;
-		rc = 0;
+		}
 		ss_model_predict(m, params, w, batch, got, p);
 		for (int i = 0; i < got; i++)
 			fprintf(out, "%.7g\n", (double)p[i]);
