@@ -280,3 +280,37 @@ Test(cmd_train, a_live_ranks_address_is_refused)
 	cr_assert(strstr(out, "another --port"), "%s", out);
 	cr_assert(strstr(out, "first alive"), "%s", out);
 }
+
+/*
+ * Several --data files, given one by one or as a pattern, are one stream
+ * in order: one trainer on the file cut in three saves the model of one
+ * trainer on the whole file, byte for byte; a pattern that matches
+ * nothing is refused.
+ */
+Test(cmd_train, several_data_files_train_as_their_concatenation)
+{
+	char out[4096];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && S=%s && head -n 2500 train.txt > p1.txt "
+			     "&& sed -n 2501,4000p train.txt > p2.txt && "
+			     "tail -n +4001 train.txt > p3.txt && "
+			     "$S train --data train.txt " MODEL
+			     " --threads 1 --sync none --progress 0 --epochs 2 "
+			     "--save whole.ckpt 2>&1 && "
+			     "$S train --data p1.txt --data 'p[23].txt' " MODEL
+			     " --threads 1 --sync none --progress 0 --epochs 2 "
+			     "--save parts.ckpt --json 2>&1 && "
+			     "cmp whole.ckpt parts.ckpt && echo same",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+	cr_assert(strstr(out, "\"examples\":12000"), "%s", out);
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"cd %s && %s train --data p1.txt --data 'q*.txt' " MODEL
+			" 2>&1",
+			dir, SS_COMMAND),
+		2, "%s", out);
+	cr_assert(strstr(out, "--data 'q*.txt': no file matches it"), "%s",
+		  out);
+}

@@ -256,6 +256,85 @@ static int count_range(const char *path, uint64_t begin, uint64_t end,
 	return n;
 }
 
+/*
+ * Files read as one stream: any cut of the stream's bytes into ranges
+ * reads every example once, in the order of the files' concatenation;
+ * an empty file, and a last line without its newline, are no trouble;
+ * a bad line is named by its own file and line.
+ */
+Test(data, several_files_read_as_one_stream)
+{
+	static const char *const names[] = { "s0.txt", "s1.txt", "s2.txt",
+					     "s3.txt" };
+	char paths[4][256];
+	const char *p[4];
+	char text[8192] = "", *at = text;
+	uint64_t size = 0;
+	uint32_t want[64], got[64];
+	int n_want = 0;
+	struct ss_reader *r;
+	struct ss_example ex;
+
+	/* 5 lines, none, 3 ending without a newline, 4: hashes 1..12 */
+	for (int f = 0, v = 1; f < 4; f++) {
+		int lines = f == 0 ? 5 : f == 1 ? 0 : f == 2 ? 3 : 4;
+
+		at = text;
+		*at = '\0';
+		for (int l = 0; l < lines; l++, v++) {
+			at += sprintf(at, "%d", v & 1);
+			for (int k = 0; k < 13; k++)
+				at += sprintf(at, "\t%d", v);
+			for (int k = 0; k < 26; k++)
+				at += sprintf(at, "\t%08x", (unsigned)v);
+			if (f != 2 || l + 1 < lines)
+				*at++ = '\n';
+			*at = '\0';
+			want[n_want++] = (uint32_t)v;
+		}
+		snprintf(paths[f], sizeof(paths[f]), "%s",
+			 write_file(names[f], text));
+		p[f] = paths[f];
+		size += strlen(text);
+	}
+	for (int parts = 1; parts <= 9; parts++) {
+		int n = 0;
+
+		for (int k = 0; k < parts; k++) {
+			int rc;
+
+			cr_assert_eq(
+				ss_reader_open_files(&r, p, 4,
+						     size * (uint64_t)k /
+							     (uint64_t)parts,
+						     size * (uint64_t)(k + 1) /
+							     (uint64_t)parts,
+						     SS_BAD_LINES_FAIL),
+				0, "%s", ss_last_error()->why);
+			while ((rc = ss_reader_next(r, &ex)) == 1) {
+				cr_assert_lt(n, 64);
+				got[n++] = ex.sparse[0];
+			}
+			cr_assert_eq(rc, 0, "%s: %s", ss_last_error()->what,
+				     ss_last_error()->why);
+			ss_reader_close(&r);
+		}
+		cr_assert_eq(n, n_want, "%d parts read %d lines", parts, n);
+		for (int i = 0; i < n; i++)
+			cr_assert_eq(got[i], want[i], "%d parts: line %d",
+				     parts, i);
+	}
+	/* a bad line in the third file: its name and its own line */
+	write_file("s2.txt", GOOD "\nnot a line\n");
+	cr_assert_eq(ss_reader_open_files(&r, p, 4, 0, 0, SS_BAD_LINES_FAIL),
+		     0);
+	while (ss_reader_next(r, &ex) == 1)
+		;
+	cr_assert(strstr(ss_last_error()->what, "s2.txt:2"), "%s",
+		  ss_last_error()->what);
+	ss_reader_close(&r);
+}
+
 Test(data, byte_ranges_read_every_line_once)
 {
 	struct ss_gen_options o;

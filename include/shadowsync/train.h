@@ -63,6 +63,15 @@ int ss_reader_open(struct ss_reader **reader, const char *path, uint64_t begin,
 		   uint64_t end, enum ss_bad_lines policy);
 
 /*
+ * ss_reader_open_files() - as ss_reader_open(), over @n files read as
+ * one stream in order: @begin and @end are bytes of their concatenation,
+ * every file starts a line, and errors name the file and its own line.
+ */
+int ss_reader_open_files(struct ss_reader **reader, const char *const *paths,
+			 int n, uint64_t begin, uint64_t end,
+			 enum ss_bad_lines policy);
+
+/*
  * ss_reader_next() - the next example.  Returns 1, 0 at the end of the
  * range, SS_EPARSE for a malformed line under SS_BAD_LINES_FAIL (the detail
  * names the file, the line and what was wrong), -errno on a read error.
@@ -448,6 +457,12 @@ struct ss_train_options {
 	const struct ss_train_range *resume;
 	int n_resume;
 	bool resuming; /* @resume is given (an empty list: nothing left) */
+	/*
+	 * Optional: several files read as one stream, in order (@data then
+	 * unused; @begin, @end and the chunks are bytes of the stream).
+	 */
+	const char *const *data_files;
+	int n_data_files;
 };
 
 struct ss_train_result {

@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "shadowsync/train.h"
 
@@ -20,14 +21,23 @@
  * doubles for a longer line, up to SS_MAX_LINE + 2. */
 #define SS_LINE_START 1024
 
+/*
+ * Several files are one stream, in order: byte b of the stream is in the
+ * file whose bytes [base, base + size) hold it, and every file starts a
+ * line (one whose last line has no newline ends it at its end).
+ */
 struct ss_reader {
-	FILE *f;
-	char *path;
+	FILE *f; /* the file being read, @file of @n_files */
+	char *path; /* its name (one of @files) */
+	char **files;
+	uint64_t *sizes;
+	int n_files, file;
+	uint64_t base; /* where that file starts in the stream */
 	char *line; /* @cap bytes: the line, its newline, a NUL */
 	size_t cap;
-	uint64_t end, pos;
-	uint64_t lines; /* lines read in this range */
-	uint64_t first; /* the byte where this range's first line starts */
+	uint64_t end, pos; /* in the stream */
+	uint64_t lines; /* lines read in this file since @first */
+	uint64_t first; /* the byte of the file where they start */
 	uint64_t skipped;
 	enum ss_bad_lines policy;
 };
@@ -168,54 +178,102 @@ int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
 	return 0;
 }
 
-int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
-		   uint64_t end, enum ss_bad_lines policy)
+/*
+ * @r on file @i from stream byte @at (in it, or its end): a line that
+ * started before @at belongs to the range before.  Returns 0, or -errno
+ * naming the file.
+ */
+static int ss_reader_goto(struct ss_reader *r, int i, uint64_t at)
 {
-	struct ss_reader *r;
 	int c;
 
-	*out = NULL;
-	r = calloc(1, sizeof(*r));
-	if (!r || !(r->path = strdup(path))) {
-		free(r);
-		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
-	}
-	r->f = fopen(path, "r");
-	if (!r->f) {
-		int rc = ss_error_set(-errno, NULL,
-				      "check the path given with --data/--test",
-				      "data file '%s'", path);
-
-		free(r->path);
-		free(r);
-		return rc;
-	}
-	r->cap = SS_LINE_START;
-	r->line = malloc(r->cap);
-	if (!r->line) {
-		ss_reader_close(&r);
-		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
-	}
-	r->pos = begin;
-	r->end = end;
-	r->policy = policy;
-	/* A line that started before @begin belongs to the previous range. */
-	if (begin > 0) {
-		if (fseeko(r->f, (off_t)(begin - 1), SEEK_SET) < 0) {
-			ss_reader_close(&r);
+	if (r->f)
+		fclose(r->f);
+	r->file = i;
+	r->path = r->files[i];
+	r->base = 0;
+	for (int k = 0; k < i; k++)
+		r->base += r->sizes[k];
+	r->f = fopen(r->path, "r");
+	if (!r->f)
+		return ss_error_set(-errno, NULL,
+				    "check the path given with --data/--test",
+				    "data file '%s'", r->path);
+	r->pos = at;
+	if (at > r->base) {
+		if (fseeko(r->f, (off_t)(at - r->base - 1), SEEK_SET) < 0)
 			return ss_error_set(-errno, NULL, NULL,
-					    "seeking in '%s'", path);
-		}
-		r->pos = begin - 1;
+					    "seeking in '%s'", r->path);
+		r->pos = at - 1;
 		while ((c = fgetc(r->f)) != EOF) {
 			r->pos++;
 			if (c == '\n')
 				break;
 		}
 	}
-	r->first = r->pos;
+	r->first = r->pos - r->base;
+	r->lines = 0;
+	return 0;
+}
+
+int ss_reader_open_files(struct ss_reader **out, const char *const *paths,
+			 int n, uint64_t begin, uint64_t end,
+			 enum ss_bad_lines policy)
+{
+	struct ss_reader *r;
+	struct stat st;
+	uint64_t total = 0;
+	int i = 0, rc;
+
+	*out = NULL;
+	if (n < 1)
+		return ss_error_set(SS_EUSAGE, "no data files", NULL, "reader");
+	r = calloc(1, sizeof(*r));
+	if (r) {
+		r->files = calloc((size_t)n, sizeof(*r->files));
+		r->sizes = calloc((size_t)n, sizeof(*r->sizes));
+		r->n_files = n;
+		r->cap = SS_LINE_START;
+		r->line = malloc(r->cap);
+	}
+	if (!r || !r->files || !r->sizes || !r->line) {
+		ss_reader_close(&r);
+		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
+	}
+	for (int k = 0; k < n; k++) {
+		if (!(r->files[k] = strdup(paths[k]))) {
+			ss_reader_close(&r);
+			return ss_error_set(-ENOMEM, NULL, NULL, "reader");
+		}
+		if (stat(paths[k], &st) < 0) {
+			rc = ss_error_set(-errno, NULL,
+					  "check the path given with "
+					  "--data/--test",
+					  "data file '%s'", paths[k]);
+			ss_reader_close(&r);
+			return rc;
+		}
+		r->sizes[k] = (uint64_t)st.st_size;
+		/* the file @begin is in (the last one at the end) */
+		if (begin >= total + r->sizes[k] && k + 1 < n)
+			i = k + 1;
+		total += r->sizes[k];
+	}
+	r->end = end;
+	r->policy = policy;
+	rc = ss_reader_goto(r, i, begin);
+	if (rc < 0) {
+		ss_reader_close(&r);
+		return rc;
+	}
 	*out = r;
 	return 0;
+}
+
+int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
+		   uint64_t end, enum ss_bad_lines policy)
+{
+	return ss_reader_open_files(out, &path, 1, begin, end, policy);
 }
 
 /*
@@ -286,7 +344,7 @@ static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 		at = ftello(r->f);
 		if (at < 0)
 			return -EIO;
-		len = (size_t)((uint64_t)at - r->pos);
+		len = (size_t)((uint64_t)at - (r->pos - r->base));
 		/* ended by its newline or the file's end, or too long */
 		if ((len > 0 && r->line[len - 1] == '\n') || len < r->cap - 1 ||
 		    r->cap == SS_MAX_LINE + 2)
@@ -356,6 +414,15 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 		if (len < 0)
 			return ss_error_set((int)len, NULL, NULL,
 					    "reading '%s'", r->path);
+		/* this file's end: the next one's first line, if any */
+		if (bytes == 0 && r->file + 1 < r->n_files) {
+			int rc = ss_reader_goto(r, r->file + 1,
+						r->base + r->sizes[r->file]);
+
+			if (rc < 0)
+				return rc;
+			continue;
+		}
 		if (bytes == 0)
 			return 0;
 		/* every byte counts, a NUL too: byte ranges of the file then
@@ -413,7 +480,10 @@ void ss_reader_close(struct ss_reader **reader)
 	if (r->f)
 		fclose(r->f);
 	free(r->line);
-	free(r->path);
+	for (int k = 0; r->files && k < r->n_files; k++)
+		free(r->files[k]);
+	free(r->files);
+	free(r->sizes);
 	free(r);
 	*reader = NULL;
 }

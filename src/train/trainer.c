@@ -224,8 +224,12 @@ static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
 			break;
 		cur->open = false;
 	}
-	rc = ss_reader_open(reader, t->opts->data, cur->pos, cur->end,
-			    t->opts->bad_lines);
+	rc = t->opts->n_data_files ?
+		     ss_reader_open_files(reader, t->opts->data_files,
+					  t->opts->n_data_files, cur->pos,
+					  cur->end, t->opts->bad_lines) :
+		     ss_reader_open(reader, t->opts->data, cur->pos, cur->end,
+				    t->opts->bad_lines);
 	return rc < 0 ? rc : 1;
 }
 
@@ -536,7 +540,7 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 	struct ss_trainer *t;
 	pthread_t *threads;
 	struct stat st;
-	uint64_t begin = o->begin, end = o->end, start = ss_now_ns();
+	uint64_t begin = o->begin, end = o->end, start = ss_now_ns(), size = 0;
 	struct ss_optim optim = { .kind = o->optimizer,
 				  .lr = o->lr,
 				  .eps = o->adagrad_eps,
@@ -556,11 +560,17 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 		return ss_error_set(SS_EUSAGE, "out of range", NULL,
 				    "prefetch %d (0 to %d)", o->prefetch,
 				    SS_TRAIN_MAX_PREFETCH);
-	if (stat(o->data, &st) < 0)
-		return ss_error_set(-errno, NULL, "check the --data path",
-				    "data file '%s'", o->data);
-	if (!end || end > (uint64_t)st.st_size)
-		end = (uint64_t)st.st_size;
+	for (int i = 0; i < (o->n_data_files ? o->n_data_files : 1); i++) {
+		const char *path = o->n_data_files ? o->data_files[i] : o->data;
+
+		if (stat(path, &st) < 0)
+			return ss_error_set(-errno, NULL,
+					    "check the --data path",
+					    "data file '%s'", path);
+		size += (uint64_t)st.st_size;
+	}
+	if (!end || end > size)
+		end = size;
 	rc = ss_train_control_setup(ctl, o, begin, end);
 	if (rc < 0)
 		return rc;

@@ -94,7 +94,6 @@ int ss_cmd_train(int argc, char **argv)
 		rc = ss_train_check_table_addrs(&c);
 	if (rc == 0)
 		rc = ss_train_check_paths(&c, &st);
-	c.data_size = rc == 0 ? (uint64_t)st.st_size : 0;
 	/* what the record decides (split, epochs, the chunk counter) comes
 	 * before the sync engine is made */
 	if (rc == 0 && c.resume)
@@ -266,7 +265,7 @@ int ss_cmd_train(int argc, char **argv)
 		c.split = 1;
 	}
 	if (c.split == 0) {
-		ss_chunks_plan(&chunks, (uint64_t)st.st_size, c.fabric.world,
+		ss_chunks_plan(&chunks, c.data_size, c.fabric.world,
 			       c.chunk_size, c.train.epochs);
 		chunks.sync = sync;
 		/* one order on every rank: from --seed, as the model */
@@ -284,14 +283,14 @@ int ss_cmd_train(int argc, char **argv)
 			    " bytes, claimed as the ranks go",
 			    chunks.total, chunks.chunk);
 	}
-	c.train.begin = (uint64_t)st.st_size * (uint64_t)c.fabric.rank /
+	c.train.begin = c.data_size * (uint64_t)c.fabric.rank /
 			(uint64_t)c.fabric.world;
-	c.train.end = (uint64_t)st.st_size * (uint64_t)(c.fabric.rank + 1) /
+	c.train.end = c.data_size * (uint64_t)(c.fabric.rank + 1) /
 		      (uint64_t)c.fabric.world;
 	/* no bytes for us (more ranks than bytes): [0, 0) would be the whole
 	 * file, since end 0 means to its end */
 	if (c.train.begin == c.train.end)
-		c.train.begin = c.train.end = (uint64_t)st.st_size;
+		c.train.begin = c.train.end = c.data_size;
 	c.train.progress = &prog.totals;
 	if (!c.foreground)
 		c.train.sync_every = 0; /* the shadow thread does it */
@@ -410,6 +409,9 @@ out:
 	ss_train_csv_close(&c);
 	ss_train_control_free(&c.control);
 	free(c.resume_ranges);
+	for (int i = 0; i < c.n_data; i++)
+		free(c.data_files[i]);
+	free(c.data_files);
 	/* stopped by a signal: die of it, as a rank killed by it would
 	 * (launch and shells read the status), its checkpoint saved */
 	if (ss_train_stop_signal()) {

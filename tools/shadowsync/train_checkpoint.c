@@ -242,7 +242,6 @@ int ss_train_save(struct ss_train_cmd *c, const float *params,
 		ss_checkpoint_path(c, c->save, true, buf, sizeof(buf));
 	unsigned char *rec;
 	size_t rec_len;
-	struct stat st;
 	struct timespec now;
 	int rc;
 
@@ -253,9 +252,7 @@ int ss_train_save(struct ss_train_cmd *c, const float *params,
 	rec = malloc(SS_RESUME_RECORD_MAX);
 	if (!rec)
 		return ss_error_set(-ENOMEM, NULL, NULL, "--save '%s'", path);
-	rec_len = stat(c->train.data, &st) == 0 ?
-			  ss_train_record(c, (uint64_t)st.st_size, rec) :
-			  0;
+	rec_len = ss_train_record(c, c->data_size, rec);
 	/* through a link, the save writes at its target */
 	if (ss_checkpoint_tmp_path(path, ss_saving_tmp, sizeof(ss_saving_tmp)) <
 	    0)

@@ -76,7 +76,9 @@ struct ss_train_cmd {
 	struct ss_train_range *resume_ranges; /* its record's, @n_resume */
 	int n_resume;
 	uint64_t resume_claimed; /* its chunks handed out */
-	uint64_t data_size; /* --data's bytes */
+	uint64_t data_size; /* --data's bytes, all its files' */
+	char **data_files; /* --data's files, globs expanded, in order */
+	int n_data;
 	struct ss_train_control *control; /* stops trainers, says where */
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
 	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
@@ -136,11 +138,12 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 			       bool saving, char *buf, size_t size);
 
 /*
- * ss_train_check_paths() - before training: --data and --test are
- * non-empty regular files we can read (--data's stat in @data), --load
+ * ss_train_check_paths() - before training: --data's files and --test
+ * are non-empty regular files we can read (the first --data's stat in
+ * @data, all their bytes in @c->data_size), --load
  * is readable, --save's folder is writable.
  */
-int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data);
+int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data);
 
 /*
  * ss_train_nothing_trained() - this rank trained no example: an error

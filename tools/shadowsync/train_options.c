@@ -10,6 +10,7 @@
 #include "train_cmd.h"
 
 #include <getopt.h>
+#include <glob.h>
 #include <limits.h>
 
 static void ss_train_usage(FILE *out)
@@ -21,7 +22,8 @@ static void ss_train_usage(FILE *out)
 		"Hogwild trainer threads, keeping the replica in sync with the other ranks.\n"
 		"\n"
 		"data\n"
-		"  --data FILE            training data\n"
+		"  --data FILE            training data; again for more files, or a\n"
+		"                         pattern ('day_*.txt'): one stream, in order\n"
 		"  --data-split S         dynamic (default with several ranks): ranks claim\n"
 		"                         the next chunk of the file as they go (a counter\n"
 		"                         at rank 0, one-sided fetch-and-add), so fast ranks\n"
@@ -238,6 +240,48 @@ static int ss_train_unused(const struct ss_train_cmd *c, const bool *given)
 const char *const ss_tables_names[] = { "replicated", "sharded", "local",
 					NULL };
 
+/*
+ * --data PATH, again and again: the files, in order; a PATH with * ? or [
+ * is a pattern, its files in name order (glob), and one that matches
+ * none is refused.
+ */
+static int ss_train_add_data(struct ss_train_cmd *c, const char *path)
+{
+	glob_t g = { 0 };
+	size_t n = 1;
+	char **files;
+	int rc = 0;
+
+	if (strpbrk(path, "*?[")) {
+		rc = glob(path, 0, NULL, &g);
+		if (rc == GLOB_NOMATCH)
+			return ss_error_set(SS_EUSAGE, "no file matches it",
+					    "check the pattern (quoted, so "
+					    "that train expands it)",
+					    "--data '%s'", path);
+		if (rc != 0)
+			return ss_error_set(-ENOMEM, NULL, NULL, "--data '%s'",
+					    path);
+		n = g.gl_pathc;
+	}
+	files = realloc(c->data_files,
+			((size_t)c->n_data + n) * sizeof(*files));
+	if (!files) {
+		globfree(&g);
+		return ss_error_set(-ENOMEM, NULL, NULL, "--data");
+	}
+	c->data_files = files;
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		files[c->n_data] = strdup(g.gl_pathc ? g.gl_pathv[i] : path);
+		if (!files[c->n_data])
+			rc = ss_error_set(-ENOMEM, NULL, NULL, "--data");
+		else
+			c->n_data++;
+	}
+	globfree(&g);
+	return rc;
+}
+
 int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 {
 	static const struct option options[] = {
@@ -337,7 +381,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			given[opt - OPT_DATA] = true;
 		switch (opt) {
 		case OPT_DATA:
-			c->train.data = optarg;
+			rc = ss_train_add_data(c, optarg);
 			break;
 		case OPT_TEST:
 			c->test = optarg;
@@ -565,10 +609,16 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	rc = ss_cmd_no_more_args(argc, argv);
 	if (rc < 0)
 		return rc;
-	if (!c->train.data)
+	if (!c->n_data)
 		return ss_error_set(SS_EUSAGE, "it is required",
 				    "give the training data: --data FILE",
 				    "--data");
+	/* one stream: the files in the order given */
+	c->train.data = c->data_files[0];
+	if (c->n_data > 1) {
+		c->train.data_files = (const char *const *)c->data_files;
+		c->train.n_data_files = c->n_data;
+	}
 	if (given[OPT_LOAD - OPT_DATA] && given[OPT_RESUME - OPT_DATA])
 		return ss_error_set(SS_EUSAGE, "give one or the other",
 				    "--load starts from a checkpoint's model, "

@@ -126,12 +126,31 @@ static bool ss_same_file(const char *path, const struct stat *other)
 	       st.st_ino == other->st_ino;
 }
 
-int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
+/* Whether @path is one of the --data files. */
+static bool ss_is_data(const struct ss_train_cmd *c, const char *path)
+{
+	struct stat st;
+
+	for (int i = 0; i < c->n_data; i++)
+		if (stat(c->data_files[i], &st) == 0 && ss_same_file(path, &st))
+			return true;
+	return false;
+}
+
+int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data)
 {
 	char buf[4096];
-	struct stat test;
+	struct stat test, st;
 	const char *path, *why = NULL;
-	int rc = ss_check_input("--data", c->train.data, data);
+	int rc = 0;
+
+	/* each file of the stream; @data the first's, the size all of them */
+	c->data_size = 0;
+	for (int i = 0; rc == 0 && i < c->n_data; i++) {
+		rc = ss_check_input("--data", c->data_files[i], i ? &st : data);
+		c->data_size +=
+			rc == 0 ? (uint64_t)(i ? st : *data).st_size : 0;
+	}
 
 	if (rc == 0 && c->test)
 		rc = ss_check_input("--test", c->test, &test);
@@ -156,7 +175,7 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 			rc = ss_check_output("--save", path);
 		/* the save would replace the data it trained on, or the
 		 * held-out file it then evaluates */
-		if (rc == 0 && path && ss_same_file(path, data))
+		if (rc == 0 && path && ss_is_data(c, path))
 			why = "it is the --data file";
 		else if (rc == 0 && path && c->test &&
 			 ss_same_file(path, &test))
@@ -167,7 +186,7 @@ int ss_train_check_paths(const struct ss_train_cmd *c, struct stat *data)
 
 			if (ss_checkpoint_tmp_path(path, tmp, sizeof(tmp)) < 0)
 				tmp[0] = '\0';
-			if (ss_same_file(tmp, data))
+			if (ss_is_data(c, tmp))
 				why = "its temporary file, PATH.tmp, is the "
 				      "--data file";
 			else if (c->test && ss_same_file(tmp, &test))
