@@ -314,3 +314,40 @@ Test(cmd_train, several_data_files_train_as_their_concatenation)
 	cr_assert(strstr(out, "--data 'q*.txt': no file matches it"), "%s",
 		  out);
 }
+
+/*
+ * --lr-schedule and --warmup reach the trainers: a warmup longer than
+ * the run keeps the rate near 0 and the loss near where it began; the
+ * decaying schedules end elsewhere than the constant rate; an unknown
+ * schedule is refused.
+ */
+Test(cmd_train, the_rate_follows_its_schedule)
+{
+	char out[4096];
+	double loss[4];
+	static const char *const sched[] = { "", "--lr-schedule cosine",
+					     "--lr-schedule warmup-linear",
+					     "--warmup 1000000000" };
+
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(cmd_run(out, sizeof(out),
+				     "%s train --data %s/train.txt " MODEL
+				     " --threads 1 --sync none --progress 0 "
+				     "--epochs 2 --json %s 2>&1",
+				     SS_COMMAND, dir, sched[i]),
+			     0, "%s", out);
+		loss[i] = cmd_json_number(out, "train_log_loss");
+	}
+	cr_assert_neq(loss[1], loss[0], "cosine");
+	cr_assert_neq(loss[2], loss[0], "warmup-linear");
+	cr_assert_gt(loss[3], loss[0] + 0.05,
+		     "a warmup longer than the run: "
+		     "%f against %f",
+		     loss[3], loss[0]);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s train --data %s/train.txt --lr-schedule step "
+			     "2>&1",
+			     SS_COMMAND, dir),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--lr-schedule"), "%s", out);
+}

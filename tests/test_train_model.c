@@ -507,3 +507,36 @@ Test(trainers, a_bad_line_stops_training_naming_it)
 	unlink(path);
 	free(params);
 }
+
+/* The schedules' rates at their landmarks. */
+Test(schedule, rates_along_the_schedules)
+{
+	enum ss_lr_schedule s;
+
+	cr_assert_float_eq(ss_lr_at(SS_LR_CONSTANT, 0.1f, 0, 5, 0.7), 0.1f,
+			   1e-7);
+	/* warmup: (examples + 1) / warmup of the rate, then all of it */
+	cr_assert_float_eq(ss_lr_at(SS_LR_CONSTANT, 0.1f, 100, 0, 0), 0.001f,
+			   1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_CONSTANT, 0.1f, 100, 49, 0), 0.05f,
+			   1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_CONSTANT, 0.1f, 100, 100, 0.5), 0.1f,
+			   1e-7);
+	/* linear and cosine from the rate to 0 as the data is trained */
+	cr_assert_float_eq(ss_lr_at(SS_LR_WARMUP_LINEAR, 0.1f, 0, 9, 0.25),
+			   0.075f, 1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_COSINE, 0.1f, 0, 9, 0), 0.1f, 1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_COSINE, 0.1f, 0, 9, 0.5), 0.05f,
+			   1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_COSINE, 0.1f, 0, 9, 1), 0, 1e-7);
+	cr_assert_float_eq(ss_lr_at(SS_LR_WARMUP_LINEAR, 0.1f, 0, 9, 1.5), 0,
+			   1e-7, "past the end: 0");
+	/* both: the warmup's share of the decayed rate */
+	cr_assert_float_eq(ss_lr_at(SS_LR_WARMUP_LINEAR, 0.1f, 10, 4, 0.5),
+			   0.025f, 1e-7);
+	cr_assert_eq(ss_lr_schedule_parse("--lr-schedule", "cosine", &s), 0);
+	cr_assert_eq(s, SS_LR_COSINE);
+	cr_assert_str_eq(ss_lr_schedule_name(s), "cosine");
+	cr_assert_eq(ss_lr_schedule_parse("--lr-schedule", "step", &s),
+		     SS_EUSAGE);
+}

@@ -278,6 +278,33 @@ const char *ss_optimizer_name(enum ss_optimizer opt);
  */
 float ss_optimizer_default_lr(enum ss_optimizer opt);
 
+/*
+ * Learning-rate schedules (train --lr-schedule): the rate held
+ * (constant), or brought from it to 0 as the run's data is trained,
+ * linearly (warmup-linear) or along a half cosine (cosine); any of them
+ * after a linear warmup over the first examples when one is asked for.
+ */
+enum ss_lr_schedule {
+	SS_LR_CONSTANT,
+	SS_LR_WARMUP_LINEAR,
+	SS_LR_COSINE,
+};
+
+/* ss_lr_schedule_parse() - "constant", "warmup-linear" or "cosine". */
+int ss_lr_schedule_parse(const char *option, const char *text,
+			 enum ss_lr_schedule *schedule);
+const char *ss_lr_schedule_name(enum ss_lr_schedule schedule);
+
+/*
+ * ss_lr_at() - the rate @schedule gives from @lr after @examples examples
+ * with @done (0 to 1) of the run's data trained: times (examples + 1) /
+ * @warmup while examples < @warmup (0: no warmup), then times 1
+ * (constant), 1 - done (warmup-linear) or (1 + cos(pi done)) / 2
+ * (cosine).
+ */
+float ss_lr_at(enum ss_lr_schedule schedule, float lr, uint64_t warmup,
+	       uint64_t examples, double done);
+
 struct ss_optim {
 	enum ss_optimizer kind;
 	float lr;
@@ -463,6 +490,16 @@ struct ss_train_options {
 	 */
 	const char *const *data_files;
 	int n_data_files;
+	/*
+	 * The rate's schedule (ss_lr_at(), from @lr; with @table the MLPs'
+	 * rate: the rows' is the table's): @warmup examples of warmup;
+	 * @schedule_bytes the bytes of data the whole run trains (each pass
+	 * counted), of which @done_bytes and @done_examples were trained
+	 * before this call (a resumed run's).
+	 */
+	enum ss_lr_schedule lr_schedule;
+	uint64_t warmup;
+	uint64_t schedule_bytes, done_bytes, done_examples;
 };
 
 struct ss_train_result {

@@ -31,6 +31,7 @@ struct ss_train_control {
 	struct ss_train_slot *slots; /* a trainer's, as of its last batch */
 	struct ss_train_range *resume; /* a copy of the options' */
 	int n_resume, resume_next; /* taken so far */
+	uint64_t examples, bytes; /* this call's, for the rate's schedule */
 };
 
 struct ss_trainer {
@@ -233,6 +234,34 @@ static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
 	return rc < 0 ? rc : 1;
 }
 
+/*
+ * The rate for the trainer's next batch, from the schedule and how far
+ * the rank's trainers are (their examples and bytes so far, relaxed).
+ */
+static void ss_trainer_schedule(struct ss_trainer *t)
+{
+	const struct ss_train_options *o = t->opts;
+	uint64_t ex, bytes;
+
+	if (o->lr_schedule == SS_LR_CONSTANT && !o->warmup)
+		return;
+	ex = o->done_examples +
+	     __atomic_load_n(&t->ctl->examples, __ATOMIC_RELAXED);
+	bytes = o->done_bytes +
+		__atomic_load_n(&t->ctl->bytes, __ATOMIC_RELAXED);
+	t->optim.lr = ss_lr_at(
+		o->lr_schedule, o->lr, o->warmup, ex,
+		o->schedule_bytes ? (double)bytes / (double)o->schedule_bytes :
+				    0);
+}
+
+/* What a batch of @got examples and @bytes of data adds to the schedule. */
+static void ss_trainer_count(struct ss_trainer *t, int got, uint64_t bytes)
+{
+	__atomic_fetch_add(&t->ctl->examples, (uint64_t)got, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&t->ctl->bytes, bytes, __ATOMIC_RELAXED);
+}
+
 /* A batch trained: totals, progress, the sync gap, foreground rounds. */
 static int ss_trainer_account(struct ss_trainer *t,
 			      const struct ss_example *batch, int got,
@@ -262,13 +291,16 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 			   struct ss_example *batch)
 {
 	for (;;) {
+		uint64_t at;
 		int got, rc;
 
 		if (!*reader)
 			return 0; /* the last range is done */
+		at = ss_reader_tell(*reader);
 		got = ss_reader_fill(*reader, batch, t->opts->batch);
 		if (got < 0)
 			return got;
+		ss_trainer_count(t, got, ss_reader_tell(*reader) - at);
 		if (got < t->opts->batch) { /* the range is done */
 			rc = ss_trainer_next(t, reader, true);
 			if (rc < 0)
@@ -347,6 +379,7 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 		rc = ss_table_wait(o->table, t->index, k, rows);
 		if (rc < 0)
 			goto out;
+		ss_trainer_schedule(t);
 		loss = ss_model_step_rows(t->config, t->params, work, b, got[k],
 					  &t->optim, rows, gids, grads, &ng) *
 		       got[k];
@@ -395,6 +428,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 	if (rc == 1 && o->table)
 		rc = ss_trainer_run_sharded(t, work, &reader);
 	while (rc == 1) {
+		uint64_t from = ss_reader_tell(reader);
 		int got = ss_reader_fill(reader, batch, o->batch);
 
 		if (got < 0) {
@@ -402,9 +436,13 @@ static int ss_trainer_run(struct ss_trainer *t)
 			break;
 		}
 		if (got > 0) {
-			double loss = ss_model_step(t->config, t->params, work,
-						    batch, got, &t->optim) *
-				      got;
+			double loss;
+
+			ss_trainer_schedule(t);
+			loss = ss_model_step(t->config, t->params, work, batch,
+					     got, &t->optim) *
+			       got;
+			ss_trainer_count(t, got, ss_reader_tell(reader) - from);
 
 			if ((rc = ss_trainer_account(t, batch, got, loss,
 						     &steps)) < 0)
@@ -504,6 +542,7 @@ static int ss_train_control_setup(struct ss_train_control *ctl,
 	ctl->resume = resume;
 	ctl->n_resume = o->n_resume;
 	ctl->resume_next = 0;
+	ctl->examples = ctl->bytes = 0;
 	pthread_mutex_unlock(&ctl->lock);
 	return 0;
 }

@@ -316,6 +316,17 @@ int ss_cmd_train(int argc, char **argv)
 	if (c.save)
 		ss_train_stop_on_signals(c.control);
 	c.bytes_total = ss_train_bytes_total(&c);
+	/* the schedule's course: the rank's share of the whole run's bytes,
+	 * of which a resumed run has trained what it no longer has left */
+	c.train.schedule_bytes =
+		c.split == 0 ? c.data_size * (uint64_t)c.train.epochs /
+				       (uint64_t)c.fabric.world :
+			       (c.train.end - c.train.begin) *
+				       (uint64_t)c.train.epochs;
+	c.train.done_bytes = c.train.schedule_bytes > c.bytes_total ?
+				     c.train.schedule_bytes - c.bytes_total :
+				     0;
+	c.train.done_examples = c.resumed;
 	ss_log_info("training%s", c.save ? ": SIGTERM or Ctrl-C stops it at "
 					   "its next batch and saves there" :
 					   "");

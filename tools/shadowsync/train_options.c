@@ -51,6 +51,11 @@ static void ss_train_usage(FILE *out)
 		"  --dense-lr X           sharded: the MLPs' rate, the tables keeping --lr\n"
 		"                         (default: --lr)\n"
 		"  --adagrad-eps X        added to Adagrad's sqrt(sum of g^2) (default 1e-8)\n"
+		"  --lr-schedule S        constant (default), warmup-linear (to 0, linearly,\n"
+		"                         as the data is trained) or cosine (to 0 along a\n"
+		"                         half cosine); sharded: the MLPs' rate\n"
+		"  --warmup N             the rate rises linearly over the first N examples\n"
+		"                         of the rank (default 0: none)\n"
 		"  --epochs N             passes over the data (default 1)\n"
 		"  --oversubscribe        allow more trainers than cores\n"
 		"synchronization\n"
@@ -181,6 +186,8 @@ enum {
 	OPT_RESUME,
 	OPT_LOG_CSV,
 	OPT_SHUFFLE,
+	OPT_LR_SCHEDULE,
+	OPT_WARMUP,
 	OPT_END,
 };
 
@@ -305,6 +312,8 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "data-split", required_argument, NULL, OPT_DATA_SPLIT },
 		{ "chunk-size", required_argument, NULL, OPT_CHUNK_SIZE },
 		{ "shuffle", no_argument, NULL, OPT_SHUFFLE },
+		{ "lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "mode", required_argument, NULL, OPT_MODE },
@@ -575,6 +584,14 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_SHUFFLE:
 			c->shuffle = true;
+			break;
+		case OPT_LR_SCHEDULE:
+			rc = ss_lr_schedule_parse("--lr-schedule", optarg,
+						  &c->train.lr_schedule);
+			break;
+		case OPT_WARMUP:
+			rc = ss_parse_long("--warmup", optarg, 0, LONG_MAX, &v);
+			c->train.warmup = (uint64_t)v;
 			break;
 		case OPT_LOG_CSV:
 			c->log_csv = optarg;
