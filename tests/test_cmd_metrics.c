@@ -383,7 +383,7 @@ static void check_csv(const char *json)
 	cr_assert_not_null(fgets(line, sizeof(line), f));
 	cr_assert_str_eq(line, "seconds,examples,examples_per_s,train_loss,"
 			       "train_ne,percent_done,rounds,rounds_per_s,"
-			       "sync_gap,lookup_wait_s\n");
+			       "sync_gap,lookup_wait_s,test_ne,test_auc\n");
 	while (fgets(line, sizeof(line), f)) {
 		rows++;
 		strcpy(last, line);

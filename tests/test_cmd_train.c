@@ -351,3 +351,38 @@ Test(cmd_train, the_rate_follows_its_schedule)
 		     2, "%s", out);
 	cr_assert(strstr(out, "--lr-schedule"), "%s", out);
 }
+
+/*
+ * --eval-every: the held-out figures while training, in the log and in
+ * --log-csv's rows; it needs --test, and whole tables.
+ */
+Test(cmd_train, eval_every_evaluates_while_training)
+{
+	char out[8192];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train --data train.txt --test "
+			     "test.txt " MODEL " --threads 1 --sync none "
+			     "--progress 0 --epochs 4 --eval-every 6000 "
+			     "--log-csv ev.csv 2>&1 && "
+			     "awk -F, 'NR > 1 && $11 != \"\"' ev.csv | wc -l",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+	/* at 6000, 12000, 18000 and 24000 examples */
+	cr_assert(strstr(out, "s: 6000 examples: held-out NE "), "%s", out);
+	cr_assert(strstr(out, "24000 examples: held-out NE "), "%s", out);
+	cr_assert(strstr(out, "\n4\n"), "4 rows with held-out figures: %s",
+		  out);
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"%s train --data %s/train.txt --eval-every 10 2>&1",
+			SS_COMMAND, dir),
+		2, "%s", out);
+	cr_assert(strstr(out, "--eval-every: it needs --test"), "%s", out);
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s train --data %s/train.txt --test %s/test.txt "
+			     "--tables sharded --eval-every 10 2>&1",
+			     SS_COMMAND, dir, dir),
+		     2, "%s", out);
+	cr_assert(strstr(out, "not with sharded tables yet"), "%s", out);
+}

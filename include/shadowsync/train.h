@@ -500,6 +500,15 @@ struct ss_train_options {
 	enum ss_lr_schedule lr_schedule;
 	uint64_t warmup;
 	uint64_t schedule_bytes, done_bytes, done_examples;
+	/*
+	 * Optional: @every(@every_ctx, n) each time the call's trainers
+	 * have trained a multiple n of @every_examples examples, from the
+	 * trainer whose batch took them past it (the others train on): an
+	 * evaluation while training.
+	 */
+	void (*every)(void *ctx, uint64_t examples);
+	void *every_ctx;
+	uint64_t every_examples;
 };
 
 struct ss_train_result {

@@ -258,8 +258,15 @@ static void ss_trainer_schedule(struct ss_trainer *t)
 /* What a batch of @got examples and @bytes of data adds to the schedule. */
 static void ss_trainer_count(struct ss_trainer *t, int got, uint64_t bytes)
 {
-	__atomic_fetch_add(&t->ctl->examples, (uint64_t)got, __ATOMIC_RELAXED);
+	const struct ss_train_options *o = t->opts;
+	uint64_t was = __atomic_fetch_add(&t->ctl->examples, (uint64_t)got,
+					  __ATOMIC_RELAXED),
+		 n = o->every_examples;
+
 	__atomic_fetch_add(&t->ctl->bytes, bytes, __ATOMIC_RELAXED);
+	/* this batch took the call past a multiple of @every_examples */
+	if (o->every && n && was / n != (was + (uint64_t)got) / n)
+		o->every(o->every_ctx, (was + (uint64_t)got) / n * n);
 }
 
 /* A batch trained: totals, progress, the sync gap, foreground rounds. */

@@ -297,6 +297,12 @@ int ss_cmd_train(int argc, char **argv)
 	prog.c = &c;
 	prog.sync = sync;
 	prog.params = params;
+	prog.start_ns = ss_now_ns();
+	if (c.eval_every) {
+		c.train.every_examples = (uint64_t)c.eval_every;
+		c.train.every = ss_train_eval_hook;
+		c.train.every_ctx = &prog;
+	}
 	if (c.progress > 0 || c.save_every > 0) {
 		int err = pthread_create(&prog_thread, NULL, ss_progress_main,
 					 &prog);
@@ -360,7 +366,7 @@ int ss_cmd_train(int argc, char **argv)
 	 * must not hold this rank back from the others' final barrier.
 	 */
 	ss_progress_stop(&prog, prog_thread, &prog_started);
-	ss_train_csv_row(&prog, res.seconds); /* the run's last figures */
+	ss_train_csv_row(&prog, res.seconds, NULL); /* the last figures */
 	/* every row pushed is in before anyone saves or evaluates */
 	if (c.table &&
 	    ss_table_flush(c.table, 4 * c.sync.round_timeout_ms + 5000) < 0)

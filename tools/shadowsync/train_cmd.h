@@ -82,6 +82,7 @@ struct ss_train_cmd {
 	struct ss_train_control *control; /* stops trainers, says where */
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
 	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
+	long eval_every; /* --eval-every N: --test every N examples, 0: not */
 	bool shuffle; /* --shuffle: the chunks' order drawn each epoch */
 	uint64_t shuffle_from; /* the value it is drawn from (the record's) */
 	const char *log_csv; /* --log-csv FILE, {rank} not yet replaced */
@@ -92,6 +93,7 @@ struct ss_train_cmd {
 
 struct ss_progress {
 	struct ss_train_cmd *c;
+	uint64_t start_ns; /* when training began */
 	struct ss_sync *sync;
 	const float *params;
 	struct ss_train_progress totals; /* the trainers add to it */
@@ -264,13 +266,23 @@ int ss_train_stop_signal(void);
  * --log-csv: ss_train_csv_open() - the file, {rank} as for --save, with
  * its header (before training; an error names the option and path);
  * ss_train_csv_row() - a row of the figures so far, @secs into training
- * (the progress thread's every --progress, and one at the end);
+ * (the progress thread's every --progress, and one at the end), with the
+ * held-out NE and AUC of @test when not NULL (--eval-every);
  * ss_train_csv_close().  Without --log-csv, or a rank that does not
  * write one, they do nothing.
  */
 int ss_train_csv_open(struct ss_train_cmd *c);
-void ss_train_csv_row(struct ss_progress *p, double secs);
+void ss_train_csv_row(struct ss_progress *p, double secs,
+		      const struct ss_metrics *test);
 void ss_train_csv_close(struct ss_train_cmd *c);
+
+/*
+ * ss_train_eval_hook() - --eval-every, from the trainer whose batch took
+ * the rank past a multiple of it (@ctx the struct ss_progress): the
+ * held-out figures of the model as it is (the others train on: a Hogwild
+ * read), a line and a CSV row; a failure is said, training goes on.
+ */
+void ss_train_eval_hook(void *ctx, uint64_t examples);
 
 /* The progress thread: lines every --progress s, saves every --save-every. */
 void *ss_progress_main(void *arg);

@@ -36,6 +36,8 @@ static void ss_train_usage(FILE *out)
 		"                         split it takes when none is given)\n"
 		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
 		"  --bad-lines P          fail (default) or skip malformed lines\n"
+		"  --eval-every N         also evaluate on --test every N examples of the\n"
+		"                         rank while it trains (replicated or local tables)\n"
 		"model\n"
 		"  --emb-dim N            embedding size (default 16)\n"
 		"  --bottom SIZES         bottom MLP, 13 first, emb-dim last (13-512-256-64-16)\n"
@@ -188,6 +190,7 @@ enum {
 	OPT_SHUFFLE,
 	OPT_LR_SCHEDULE,
 	OPT_WARMUP,
+	OPT_EVAL_EVERY,
 	OPT_END,
 };
 
@@ -314,6 +317,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "shuffle", no_argument, NULL, OPT_SHUFFLE },
 		{ "lr-schedule", required_argument, NULL, OPT_LR_SCHEDULE },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ "eval-every", required_argument, NULL, OPT_EVAL_EVERY },
 		{ "oversubscribe", no_argument, NULL, OPT_OVERSUB },
 		{ "sync", required_argument, NULL, OPT_SYNC },
 		{ "mode", required_argument, NULL, OPT_MODE },
@@ -589,6 +593,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			rc = ss_lr_schedule_parse("--lr-schedule", optarg,
 						  &c->train.lr_schedule);
 			break;
+		case OPT_EVAL_EVERY:
+			rc = ss_parse_long("--eval-every", optarg, 1, LONG_MAX,
+					   &c->eval_every);
+			break;
 		case OPT_WARMUP:
 			rc = ss_parse_long("--warmup", optarg, 0, LONG_MAX, &v);
 			c->train.warmup = (uint64_t)v;
@@ -650,6 +658,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->epochs_given = given[OPT_EPOCHS - OPT_DATA];
 	c->split_given = given[OPT_DATA_SPLIT - OPT_DATA];
 	c->chunk_given = given[OPT_CHUNK_SIZE - OPT_DATA];
+	if (c->eval_every && !c->test)
+		return ss_error_set(SS_EUSAGE, "it needs --test",
+				    "say what to evaluate on: --test FILE",
+				    "--eval-every");
 	if (c->save_every && !c->save)
 		return ss_error_set(SS_EUSAGE, "it needs --save",
 				    "say where to write: --save PATH",
@@ -723,6 +735,14 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 			c->save && !strstr(c->save, "{rank}") ? "--save" :
 								"--load",
 			why);
+	/* a shard's rows are at their owners, and the trainers' table
+	 * clients busy: the held-out evaluation runs at the end there */
+	if (c->eval_every && c->tables == SS_TABLES_SHARDED)
+		return ss_error_set(SS_EUSAGE, "not with sharded tables yet",
+				    "give --tables replicated or local, or let "
+				    "--test evaluate at the end",
+				    "--eval-every with --tables sharded%s",
+				    why);
 	/* only rank 0 saves a path without {rank}: the others' tables
 	 * were lost without a word */
 	if (c->tables == SS_TABLES_LOCAL && c->fabric.world > 1 && c->save &&

@@ -84,11 +84,12 @@ int ss_train_csv_open(struct ss_train_cmd *c)
 	setvbuf(c->csv, NULL, _IOLBF, 0); /* a row whole, as it comes */
 	fprintf(c->csv, "seconds,examples,examples_per_s,train_loss,train_ne,"
 			"percent_done,rounds,rounds_per_s,sync_gap,"
-			"lookup_wait_s\n");
+			"lookup_wait_s,test_ne,test_auc\n");
 	return 0;
 }
 
-void ss_train_csv_row(struct ss_progress *p, double secs)
+void ss_train_csv_row(struct ss_progress *p, double secs,
+		      const struct ss_metrics *test)
 {
 	struct ss_train_cmd *c = p->c;
 	struct ss_sync_stats st = { 0 };
@@ -98,6 +99,7 @@ void ss_train_csv_row(struct ss_progress *p, double secs)
 
 	if (!c->csv)
 		return;
+	flockfile(c->csv); /* a row whole: trainers write some (eval) */
 	ss_train_progress_read(&p->totals, &ex, &loss, &ne);
 	if (p->sync)
 		ss_sync_get_stats(p->sync, &st);
@@ -106,13 +108,45 @@ void ss_train_csv_row(struct ss_progress *p, double secs)
 	left = c->bytes_total ? ss_train_bytes_left(c) : 0;
 	fprintf(c->csv,
 		"%.3f,%" PRIu64 ",%.1f,%.6f,%.6f,%.1f,%" PRIu64
-		",%.2f,%.2f,%.3f\n",
+		",%.2f,%.2f,%.3f,",
 		secs, ex, secs > 0 ? (double)ex / secs : 0, loss, ne,
 		c->bytes_total && left < c->bytes_total ?
 			100 * (1 - (double)left / (double)c->bytes_total) :
 			0,
 		st.rounds, st.rounds_per_s, st.sync_gap,
 		(double)ts.lookup_wait_ns / 1e9);
+	if (test)
+		fprintf(c->csv, "%.6f,%.6f\n", test->ne, test->auc);
+	else
+		fputs(",\n", c->csv);
+	funlockfile(c->csv);
+}
+
+void ss_train_eval_hook(void *ctx, uint64_t examples)
+{
+	struct ss_progress *p = ctx;
+	double secs = (double)(ss_now_ns() - p->start_ns) / 1e9;
+	struct ss_metrics m;
+	uint64_t skipped;
+	char line[256];
+	int len, rc = ss_evaluate(&p->c->model, p->params, NULL, p->c->test,
+				  p->c->train.bad_lines, &m, &skipped);
+
+	if (rc < 0) {
+		ss_error_print(stderr, ss_train_prog, rc);
+		return;
+	}
+	/* one write, as a progress line */
+	len = snprintf(line, sizeof(line),
+		       "rank %d: %.0f s: %" PRIu64 " examples: held-out NE "
+		       "%.4f, AUC %.4f, calibration %.4f (--eval-every)\n",
+		       p->c->fabric.rank, secs, p->c->resumed + examples, m.ne,
+		       m.auc, m.calibration);
+	if (len > 0 && write(STDERR_FILENO, line,
+			     (size_t)len < sizeof(line) ? (size_t)len :
+							  sizeof(line) - 1) < 0)
+		len = 0; /* stderr gone: nothing to tell */
+	ss_train_csv_row(p, secs, &m);
 }
 
 void ss_train_csv_close(struct ss_train_cmd *c)
@@ -157,7 +191,7 @@ void *ss_progress_main(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (now >= next_line) {
 			ss_progress_line(p, (double)(now - start) / 1e9);
-			ss_train_csv_row(p, (double)(now - start) / 1e9);
+			ss_train_csv_row(p, (double)(now - start) / 1e9, NULL);
 			ss_train_metrics_update(p, (double)(now - start) / 1e9);
 			/* the next due time after now: a save that took longer
 			 * than the interval is not followed by a burst */
