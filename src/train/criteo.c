@@ -374,8 +374,8 @@ static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 /*
  * A skipped line, said: the first SS_SKIPS_SAID of the process by file
  * and line number with what was wrong (a warning: what a user looks for
- * first), the rest by byte at debug level (a line number costs a pass
- * over the file before the range, for every chunk).
+ * first), every one by byte at debug level (a line number costs a pass
+ * over the file before the range, for every chunk: five do).
  */
 #define SS_SKIPS_SAID 5
 static unsigned ss_skips_said;
@@ -392,9 +392,8 @@ static void ss_reader_said_skip(struct ss_reader *r, uint64_t start,
 				    " (the others are counted; SS_LOG=debug "
 				    "names each)" :
 				    "");
-	else
-		ss_log_debug("%s: skipped the line at byte %llu: %s", r->path,
-			     (unsigned long long)start, why);
+	ss_log_debug("%s: skipped the line at byte %llu: %s", r->path,
+		     (unsigned long long)start, why);
 }
 
 int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
