@@ -347,4 +347,5 @@ help:
 -include $(LIB_OBJS:.o=.d) $(CMD_OBJS:.o=.d) $(TEST_BINS:$(O)/tests/%=$(O)/obj/tests/%.d) \
 	$(PERF_BINS:$(O)/perf/%=$(O)/obj/perf/%.d) \
 	$(TEST_HELPERS:%=$(O)/obj/tests/%.d) $(CRITERION_HELPERS:%=$(O)/obj/tests/%.d) \
-	$(wildcard $(O)/obj/tests/fuzz/*.d) $(wildcard $(O)/obj/perf/sim/*.d)
+	$(wildcard $(O)/obj/tests/fuzz/*.d) $(wildcard $(O)/obj/perf/sim/*.d) \
+	$(wildcard $(O)/obj/tsan/*.d)
