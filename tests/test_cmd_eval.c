@@ -88,6 +88,41 @@ Test(cmd_eval, eval_gives_trains_figures_and_predict_the_probabilities)
 		     0, "%s", out);
 }
 
+/*
+ * A sharded model's files read together: eval gives the held-out figures
+ * rank 0 gave at the end of training (its MLPs, every row from its
+ * owner), and predict one probability an example.
+ */
+Test(cmd_eval, a_sharded_models_files_are_read_together)
+{
+	char trained[16384], evaluated[4096], out[4096];
+	const char *rank0;
+	int port = ranks_port_base();
+
+	cr_assert_eq(run(trained, sizeof(trained),
+			 "$S launch -n 2 --port %d --json -- train --data "
+			 "train.txt --test test.txt " MODEL " --threads 1 "
+			 "--progress 0 --save 's.{rank}' 2>/dev/null",
+			 port),
+		     0, "%s", trained);
+	rank0 = strstr(trained, "{\"rank\":0");
+	cr_assert_not_null(rank0, "%s", trained);
+	cr_assert_eq(run(evaluated, sizeof(evaluated),
+			 "$S eval --load 's.{rank}' --data test.txt --json "
+			 "2>&1"),
+		     0, "%s", evaluated);
+	cr_assert_float_eq(cmd_json_number(evaluated, "ne"),
+			   cmd_json_number(rank0, "test_ne"), 1e-6, "%s\n%s",
+			   rank0, evaluated);
+	cr_assert_float_eq(cmd_json_number(evaluated, "auc"),
+			   cmd_json_number(rank0, "test_auc"), 1e-6);
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S predict --load 's.{rank}' --data test.txt | wc -l"),
+		0, "%s", out);
+	cr_assert_eq(atoi(out), 1000, "%s", out);
+}
+
 Test(cmd_eval, what_cannot_be_evaluated_is_refused)
 {
 	char out[8192];
@@ -103,6 +138,7 @@ Test(cmd_eval, what_cannot_be_evaluated_is_refused)
 		    port),
 		2, "%s", out);
 	cr_assert(strstr(out, "one shard of a sharded model"), "%s", out);
+	cr_assert(strstr(out, "--load 'PATH.{rank}'"), "%s", out);
 	/* a checkpoint that does not say what model it holds */
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S eval --load %s/tests/checkpoints/v1-tiny.ckpt "

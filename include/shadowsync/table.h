@@ -178,6 +178,14 @@ size_t ss_table_shard(struct ss_table *table, float **rows, float **acc);
 size_t ss_table_registered_bytes(const struct ss_table_options *opts,
 				 int world);
 
+/*
+ * ss_table_place_of() - row @row's place r' in table @t's permutation of
+ * its @rows rows, which does not depend on the job's size: of a job of N
+ * ranks, rank r' mod N owns it, at index r' div N of that table's part
+ * of its shard (ss_table_shard()).  For programs that read shards.
+ */
+uint32_t ss_table_place_of(uint32_t rows, int t, uint32_t row);
+
 /* ss_table_rows_per_owner() - ceil(@rows / @world). */
 uint32_t ss_table_rows_per_owner(uint32_t rows, int world);
 

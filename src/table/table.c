@@ -186,14 +186,27 @@ static int ss_table_check(const struct ss_table_options *o)
 	return bad ? ss_error_set(SS_EUSAGE, bad, NULL, "table options") : 0;
 }
 
-/* Every rank derives the same permutation of each table's rows. */
+/* Table @t's permutation of its @rows rows: every rank derives the same. */
+static void ss_table_permutation(int t, uint64_t rows, uint64_t *mult,
+				 uint64_t *add)
+{
+	ss__affine_permutation(ss__mix64(0x5ba4dull ^ (uint64_t)t), rows, mult,
+			       add);
+}
+
 static void ss_table_permutations(struct ss_table *tb)
 {
-	for (int t = 0; t < tb->opts.tables; t++) {
-		ss__affine_permutation(ss__mix64(0x5ba4dull ^ (uint64_t)t),
-				       tb->opts.rows, &tb->mult[t],
-				       &tb->add[t]);
-	}
+	for (int t = 0; t < tb->opts.tables; t++)
+		ss_table_permutation(t, tb->opts.rows, &tb->mult[t],
+				     &tb->add[t]);
+}
+
+uint32_t ss_table_place_of(uint32_t rows, int t, uint32_t row)
+{
+	uint64_t mult, add;
+
+	ss_table_permutation(t, rows, &mult, &add);
+	return (uint32_t)((mult * row + add) % rows);
 }
 
 /* The owned rows' starting values, the same as on any other placement. */

@@ -42,108 +42,6 @@ static void ss_reshard_usage(FILE *out)
 		"  -h, --help             this help\n");
 }
 
-/* @pattern with {rank} replaced by @rank. */
-static void ss_rank_path(const char *pattern, int rank, char *buf, size_t size)
-{
-	const char *at = strstr(pattern, "{rank}");
-
-	snprintf(buf, size, "%.*s%d%s", (int)(at - pattern), pattern, rank,
-		 at + 6);
-}
-
-struct ss_shard_set {
-	int world;
-	uint32_t per; /* rows per owner of each table */
-	size_t dense, rows; /* floats of the MLPs, of a shard's rows */
-	float **w, **acc; /* per shard: MLPs then rows; the same, state */
-	uint64_t examples;
-	bool has_acc;
-};
-
-static int ss_shards_alloc(struct ss_shard_set *s,
-			   const struct ss_model_config *m, int world)
-{
-	s->world = world;
-	s->per = ss_table_rows_per_owner(m->hash_size, world);
-	s->dense = ss_model_dense_len(m);
-	s->rows = (size_t)SS_SPARSE * s->per * (size_t)m->emb_dim;
-	s->w = calloc((size_t)world, sizeof(float *));
-	s->acc = calloc((size_t)world, sizeof(float *));
-	if (!s->w || !s->acc)
-		return ss_error_set(-ENOMEM, NULL, NULL, "%d shards", world);
-	return 0;
-}
-
-static void ss_shards_free(struct ss_shard_set *s)
-{
-	for (int k = 0; s->w && k < s->world; k++) {
-		free(s->w[k]);
-		free(s->acc[k]);
-	}
-	free(s->w);
-	free(s->acc);
-}
-
-/* Shard @k's memory (the accumulators too); zeroed. */
-static int ss_shard_alloc(struct ss_shard_set *s, int k)
-{
-	s->w[k] = calloc(s->dense + s->rows, sizeof(float));
-	s->acc[k] = calloc(s->dense + s->rows, sizeof(float));
-	if (!s->w[k] || !s->acc[k])
-		return ss_error_set(
-			-ENOMEM, NULL,
-			"resharding holds the whole model in memory",
-			"shard %d (%zu floats)", k, s->dense + s->rows);
-	return 0;
-}
-
-static int ss_shards_read(struct ss_shard_set *s, const char *from,
-			  uint64_t model_hash)
-{
-	char path[4096], ours[32];
-
-	for (int k = 0; k < s->world; k++) {
-		struct ss_checkpoint_part p = { NULL, 0 }, st = { NULL, 0 };
-		uint64_t examples = 0;
-		bool has = false, told;
-		int rc = ss_shard_alloc(s, k);
-
-		if (rc < 0)
-			return rc;
-		p = (struct ss_checkpoint_part){ s->w[k], s->dense + s->rows };
-		st = (struct ss_checkpoint_part){ s->acc[k],
-						  s->dense + s->rows };
-		ss_rank_path(from, k, path, sizeof(path));
-		rc = ss_checkpoint_load_parts(
-			path, &p, 1, &st, 1,
-			ss_shard_layout_hash(model_hash, s->world, k),
-			&examples, &has);
-		snprintf(ours, sizeof(ours), "--ranks %d", s->world);
-		rc = ss_shard_layout_why(
-			rc, path, model_hash, s->world, k, ours,
-			"give --ranks the number of ranks that saved them",
-			"reshard reads shards: train --tables sharded --save "
-			"'ckpt.{rank}' writes them",
-			&told);
-		if (rc == SS_ELAYOUT && !told)
-			return ss_error_prefix(
-				"--from (shard %d of %d; the model options must "
-				"be the saving job's)",
-				k, s->world);
-		if (rc < 0)
-			return ss_error_prefix("--from");
-		if (k > 0 && has != s->has_acc)
-			return ss_error_set(SS_EPARSE,
-					    "some shards hold accumulators, "
-					    "others not",
-					    "they come from different jobs",
-					    "'%s'", path);
-		s->has_acc = has;
-		s->examples += examples;
-	}
-	return 0;
-}
-
 /* New shard @j of @to: its rows from the old shards, by place r'. */
 static void ss_shard_fill(const struct ss_shard_set *old,
 			  struct ss_shard_set *to, int j,
@@ -222,13 +120,16 @@ static int ss_reshard(const struct ss_model_config *m, const char *from,
 {
 	struct ss_shard_set old = { 0 }, to = { 0 };
 	uint64_t hash = ss_layout_hash(m);
-	char path[4096];
+	char path[4096], ours[32];
 	int rc = ss_shards_alloc(&old, m, (int)ranks);
 
 	if (rc == 0)
 		rc = ss_shards_alloc(&to, m, (int)new_ranks);
+	snprintf(ours, sizeof(ours), "--ranks %ld", ranks);
 	if (rc == 0)
-		rc = ss_shards_read(&old, from, hash);
+		rc = ss_shards_read(&old, from, hash, "--from", ours,
+				    "give --ranks the number of ranks that "
+				    "saved them");
 	for (int j = 0; rc == 0 && j < to.world; j++) {
 		struct ss_checkpoint_part p, st;
 		uint64_t examples =

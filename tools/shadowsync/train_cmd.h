@@ -399,4 +399,45 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		     const struct ss_train_result *res,
 		     const struct ss_metrics *test, size_t len);
 
+/*
+ * A job's shard checkpoints in memory (shards.c): each shard's MLPs then
+ * its rows, and the same of Adagrad's state, for reshard, eval and
+ * predict.
+ */
+struct ss_shard_set {
+	int world;
+	uint32_t per; /* rows per owner of each table */
+	size_t dense, rows; /* floats of the MLPs, of a shard's rows */
+	float **w, **acc; /* per shard: MLPs then rows; the same, state */
+	uint64_t examples;
+	bool has_acc;
+};
+
+/* ss_rank_path() - @pattern with {rank} replaced by @rank, into @buf. */
+void ss_rank_path(const char *pattern, int rank, char *buf, size_t size);
+
+/* ss_shards_alloc() - a set of @world shards of @m, none read yet. */
+int ss_shards_alloc(struct ss_shard_set *s, const struct ss_model_config *m,
+		    int world);
+void ss_shards_free(struct ss_shard_set *s);
+
+/* ss_shard_alloc() - shard @k's memory (the state's too), zeroed. */
+int ss_shard_alloc(struct ss_shard_set *s, int k);
+
+/*
+ * ss_shards_read() - every shard of @from ({rank} for the rank), checked
+ * against @model_hash; errors start with @option, and one of another job
+ * size says @ours (what the caller took the set for) and @size_hint.
+ */
+int ss_shards_read(struct ss_shard_set *s, const char *from,
+		   uint64_t model_hash, const char *option, const char *ours,
+		   const char *size_hint);
+
+/*
+ * ss_shards_gather() - the whole model of @m into @params
+ * (ss_model_len() floats): the MLPs of shard 0, each row from its owner.
+ */
+void ss_shards_gather(const struct ss_shard_set *s,
+		      const struct ss_model_config *m, float *params);
+
 #endif /* SS_TRAIN_CMD_H */

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * A job's shard checkpoints (train --tables sharded --save 'PATH.{rank}')
+ * in memory, each whole: what reshard re-divides, and what eval and
+ * predict gather into one model.  A row's place r' in its table's
+ * permutation (ss_table_place_of()) does not depend on the job's size:
+ * of N shards, shard r' mod N holds it, at index r' div N.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_cmd.h"
+
+/* @pattern with {rank} replaced by @rank. */
+void ss_rank_path(const char *pattern, int rank, char *buf, size_t size)
+{
+	const char *at = strstr(pattern, "{rank}");
+
+	snprintf(buf, size, "%.*s%d%s", (int)(at - pattern), pattern, rank,
+		 at + 6);
+}
+
+int ss_shards_alloc(struct ss_shard_set *s, const struct ss_model_config *m,
+		    int world)
+{
+	s->world = world;
+	s->per = ss_table_rows_per_owner(m->hash_size, world);
+	s->dense = ss_model_dense_len(m);
+	s->rows = (size_t)SS_SPARSE * s->per * (size_t)m->emb_dim;
+	s->w = calloc((size_t)world, sizeof(float *));
+	s->acc = calloc((size_t)world, sizeof(float *));
+	if (!s->w || !s->acc)
+		return ss_error_set(-ENOMEM, NULL, NULL, "%d shards", world);
+	return 0;
+}
+
+void ss_shards_free(struct ss_shard_set *s)
+{
+	for (int k = 0; s->w && k < s->world; k++) {
+		free(s->w[k]);
+		free(s->acc[k]);
+	}
+	free(s->w);
+	free(s->acc);
+}
+
+/* Shard @k's memory (the accumulators too); zeroed. */
+int ss_shard_alloc(struct ss_shard_set *s, int k)
+{
+	s->w[k] = calloc(s->dense + s->rows, sizeof(float));
+	s->acc[k] = calloc(s->dense + s->rows, sizeof(float));
+	if (!s->w[k] || !s->acc[k])
+		return ss_error_set(
+			-ENOMEM, NULL,
+			"resharding holds the whole model in memory",
+			"shard %d (%zu floats)", k, s->dense + s->rows);
+	return 0;
+}
+
+int ss_shards_read(struct ss_shard_set *s, const char *from,
+		   uint64_t model_hash, const char *option, const char *ours,
+		   const char *size_hint)
+{
+	char path[4096];
+
+	for (int k = 0; k < s->world; k++) {
+		struct ss_checkpoint_part p = { NULL, 0 }, st = { NULL, 0 };
+		uint64_t examples = 0;
+		bool has = false, told;
+		int rc = ss_shard_alloc(s, k);
+
+		if (rc < 0)
+			return rc;
+		p = (struct ss_checkpoint_part){ s->w[k], s->dense + s->rows };
+		st = (struct ss_checkpoint_part){ s->acc[k],
+						  s->dense + s->rows };
+		ss_rank_path(from, k, path, sizeof(path));
+		rc = ss_checkpoint_load_parts(
+			path, &p, 1, &st, 1,
+			ss_shard_layout_hash(model_hash, s->world, k),
+			&examples, &has);
+		rc = ss_shard_layout_why(
+			rc, path, model_hash, s->world, k, ours, size_hint,
+			"a shard set is what train --tables sharded --save "
+			"'ckpt.{rank}' writes",
+			&told);
+		if (rc == SS_ELAYOUT && !told)
+			return ss_error_prefix(
+				"%s (shard %d of %d; the model options must "
+				"be the saving job's)",
+				option, k, s->world);
+		if (rc < 0)
+			return ss_error_prefix("%s", option);
+		if (k > 0 && has != s->has_acc)
+			return ss_error_set(SS_EPARSE,
+					    "some shards hold accumulators, "
+					    "others not",
+					    "they come from different jobs",
+					    "'%s'", path);
+		s->has_acc = has;
+		s->examples += examples;
+	}
+	return 0;
+}
+
+void ss_shards_gather(const struct ss_shard_set *s,
+		      const struct ss_model_config *m, float *params)
+{
+	size_t W = (size_t)m->emb_dim;
+
+	memcpy(params, s->w[0], s->dense * sizeof(float));
+	for (int t = 0; t < SS_SPARSE; t++)
+		for (uint32_t r = 0; r < m->hash_size; r++) {
+			uint32_t p = ss_table_place_of(m->hash_size, t, r);
+			int k = (int)(p % (uint32_t)s->world);
+			size_t src = s->dense + ((size_t)t * s->per +
+						 p / (uint32_t)s->world) *
+							W;
+
+			memcpy(params + s->dense +
+				       ((size_t)t * m->hash_size + r) * W,
+			       s->w[k] + src, W * sizeof(float));
+		}
+}
