@@ -115,40 +115,25 @@ static int ss_eval_load(const char *path, struct ss_model_config *m,
 	return 0;
 }
 
-/* Each example's probability, one a line, to @out. */
-static int ss_predict_file(const struct ss_model_config *m, const float *params,
-			   const char *path, enum ss_bad_lines bad, FILE *out,
-			   const char *out_name, uint64_t *count,
-			   uint64_t *skipped)
-{
-	struct ss_model_work *w = NULL;
-	struct ss_reader *r = NULL;
-	struct ss_example batch[256];
-	float p[256];
-	int rc = ss_model_work_create(&w, m, 256), got;
+/* Where predict writes. */
+struct ss_predict_out {
+	FILE *f;
+	const char *name;
+};
 
-	*count = 0;
-	if (rc == 0)
-		rc = ss_reader_open(&r, path, 0, 0, bad);
-	while (rc == 0) {
-		got = ss_reader_fill(r, batch, 256);
-		if (got <= 0) {
-			rc = got;
-			break;
-		}
-		ss_model_predict(m, params, w, batch, got, p);
-		for (int i = 0; i < got; i++)
-			fprintf(out, "%.7g\n", (double)p[i]);
-		if (ferror(out))
-			rc = ss_error_set(-EIO, NULL,
-					  "check the free space and rights",
-					  "writing '%s'", out_name);
-		*count += (uint64_t)got;
-	}
-	*skipped = r ? ss_reader_skipped(r) : 0;
-	ss_reader_close(&r);
-	ss_model_work_destroy(&w);
-	return rc;
+/* Each example's probability, one a line. */
+static int ss_predict_write(void *ctx, const struct ss_example *ex,
+			    const float *p, int n)
+{
+	struct ss_predict_out *o = ctx;
+
+	(void)ex;
+	for (int i = 0; i < n; i++)
+		fprintf(o->f, "%.7g\n", (double)p[i]);
+	return ferror(o->f) ? ss_error_set(-EIO, NULL,
+					   "check the free space and rights",
+					   "writing '%s'", o->name) :
+			      0;
 }
 
 static void ss_eval_print(const struct ss_metrics *t, uint64_t skipped,
@@ -203,7 +188,7 @@ static int ss_eval_main(int argc, char **argv, bool predict)
 	enum ss_bad_lines bad = SS_BAD_LINES_FAIL;
 	struct ss_model_config m;
 	struct ss_metrics t;
-	uint64_t count = 0, skipped = 0;
+	uint64_t skipped = 0;
 	float *params = NULL;
 	FILE *out = stdout;
 	bool json = false;
@@ -258,9 +243,12 @@ static int ss_eval_main(int argc, char **argv, bool predict)
 				  "the folder must exist and be writable",
 				  "--out '%s'", out_path);
 	if (rc == 0 && predict) {
-		rc = ss_predict_file(&m, params, data, bad, out,
-				     out_path ? out_path : "standard output",
-				     &count, &skipped);
+		struct ss_predict_out po = { out, out_path ?
+							  out_path :
+							  "standard output" };
+
+		rc = ss_predict_each(&m, params, NULL, data, bad,
+				     ss_predict_write, &po, &skipped);
 		if (out != stdout && fclose(out) != 0 && rc == 0)
 			rc = ss_error_set(-errno, NULL, NULL, "--out '%s'",
 					  out_path);

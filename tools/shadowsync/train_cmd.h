@@ -289,6 +289,19 @@ void *ss_progress_main(void *arg);
 void ss_progress_stop(struct ss_progress *p, pthread_t thread, bool *started);
 
 /*
+ * ss_predict_each() - the model's predictions for the examples of @path,
+ * a batch at a time to @each (@n examples, their @p), which returns 0 or
+ * an error that ends the reading; rows from @table when not NULL.
+ * *@skipped: malformed lines passed over (--bad-lines skip).
+ */
+int ss_predict_each(const struct ss_model_config *m, const float *params,
+		    struct ss_table *table, const char *path,
+		    enum ss_bad_lines bad,
+		    int (*each)(void *ctx, const struct ss_example *ex,
+				const float *p, int n),
+		    void *ctx, uint64_t *skipped);
+
+/*
  * ss_evaluate() - NE, AUC and calibration of @params on the file @path;
  * *@skipped: its malformed lines passed over (--bad-lines skip).
  */

@@ -68,6 +68,14 @@ struct ss_record {
 	const unsigned char *ranges; /* n of them, as stored */
 };
 
+/* Chunks handed out: rank 0's counter (as far as this rank knows), or
+ * the local one. */
+static uint64_t ss_chunks_claimed(struct ss_chunks *k)
+{
+	return k->sync ? ss_sync_claimed(k->sync) :
+			 __atomic_load_n(&k->next, __ATOMIC_RELAXED);
+}
+
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf)
 {
@@ -83,9 +91,7 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		return 0;
 	}
 	if (c->chunks)
-		claimed = c->chunks->sync ? ss_sync_claimed(c->chunks->sync) :
-					    __atomic_load_n(&c->chunks->next,
-							    __ATOMIC_RELAXED);
+		claimed = ss_chunks_claimed(c->chunks);
 	memcpy(buf, SS_RECORD_MAGIC, 8);
 	ss_put(buf + 8, 1, 4);
 	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
@@ -383,7 +389,7 @@ uint64_t ss_train_bytes_total(const struct ss_train_cmd *c)
 uint64_t ss_train_bytes_left(const struct ss_train_cmd *c)
 {
 	struct ss_train_range *left;
-	uint64_t sum = 0, claimed;
+	uint64_t sum;
 	int n, max;
 
 	if (!c->control)
@@ -395,17 +401,14 @@ uint64_t ss_train_bytes_left(const struct ss_train_cmd *c)
 	n = ss_train_left(c->control, left, max);
 	sum = ss_ranges_bytes(left, n < max ? n : max);
 	free(left);
-	if (c->chunks) {
-		claimed = c->chunks->sync ? ss_sync_claimed(c->chunks->sync) :
-					    __atomic_load_n(&c->chunks->next,
-							    __ATOMIC_RELAXED);
-		sum += ss_unclaimed_bytes(c->chunks, claimed);
-	}
+	if (c->chunks)
+		sum += ss_unclaimed_bytes(c->chunks,
+					  ss_chunks_claimed(c->chunks));
 	return sum;
 }
 
 uint64_t ss_train_shuffle_seed(long seed)
 {
-	return ((uint64_t)seed + 1) * 0x9e3779b97f4a7c15ull |
-	       1; /* mixed in use */
+	/* nonzero; ss_chunks_next mixes it with the epoch */
+	return ((uint64_t)seed + 1) * 0x9e3779b97f4a7c15ull | 1;
 }

@@ -71,15 +71,17 @@ void ss_train_warn_few_rounds(const struct ss_train_cmd *c,
 		    st.iterations, fix);
 }
 
-int ss_evaluate(const struct ss_model_config *m, const float *params,
-		struct ss_table *table, const char *path, enum ss_bad_lines bad,
-		struct ss_metrics *out, uint64_t *skipped)
+int ss_predict_each(const struct ss_model_config *m, const float *params,
+		    struct ss_table *table, const char *path,
+		    enum ss_bad_lines bad,
+		    int (*each)(void *ctx, const struct ss_example *ex,
+				const float *p, int n),
+		    void *ctx, uint64_t *skipped)
 {
 	struct ss_model_work *w = NULL;
 	struct ss_reader *r = NULL;
 	struct ss_example batch[256];
-	float *p = NULL, *y = NULL;
-	size_t n = 0, cap = 0;
+	float p[256];
 	int rc, got;
 
 	rc = ss_model_work_create(&w, m, 256);
@@ -91,39 +93,63 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 			rc = got;
 			break;
 		}
-		if (n + (size_t)got > cap) {
-			float *np, *ny;
-
-			cap = cap ? 2 * cap : 65536;
-			np = realloc(p, cap * sizeof(float));
-			ny = realloc(y, cap * sizeof(float));
-			if (np)
-				p = np;
-			if (ny)
-				y = ny;
-			if (!np || !ny) {
-				rc = ss_error_set(-ENOMEM, NULL, NULL,
-						  "evaluating");
-				break;
-			}
-		}
 		if (table)
 			rc = ss_predict_sharded(m, params, table, w, batch, got,
-						p + n);
+						p);
 		else
-			ss_model_predict(m, params, w, batch, got, p + n);
-		if (rc < 0)
-			break;
-		for (int i = 0; i < got; i++)
-			y[n + (size_t)i] = batch[i].label;
-		n += (size_t)got;
+			ss_model_predict(m, params, w, batch, got, p);
+		if (rc == 0)
+			rc = each(ctx, batch, p, got);
 	}
-	if (rc == 0 && n == 0)
+	*skipped = r ? ss_reader_skipped(r) : 0;
+	ss_reader_close(&r);
+	ss_model_work_destroy(&w);
+	return rc;
+}
+
+/* The predictions and labels of an evaluation, kept for its metrics. */
+struct ss_eval_pairs {
+	float *p, *y;
+	size_t n, cap;
+};
+
+static int ss_eval_keep(void *ctx, const struct ss_example *ex, const float *p,
+			int got)
+{
+	struct ss_eval_pairs *e = ctx;
+
+	if (e->n + (size_t)got > e->cap) {
+		size_t cap = e->cap ? 2 * e->cap : 65536;
+		float *np = realloc(e->p, cap * sizeof(float)),
+		      *ny = np ? realloc(e->y, cap * sizeof(float)) : NULL;
+
+		if (np)
+			e->p = np;
+		if (!np || !ny)
+			return ss_error_set(-ENOMEM, NULL, NULL, "evaluating");
+		e->y = ny;
+		e->cap = cap;
+	}
+	for (int i = 0; i < got; i++) {
+		e->p[e->n] = p[i];
+		e->y[e->n++] = ex[i].label;
+	}
+	return 0;
+}
+
+int ss_evaluate(const struct ss_model_config *m, const float *params,
+		struct ss_table *table, const char *path, enum ss_bad_lines bad,
+		struct ss_metrics *out, uint64_t *skipped)
+{
+	struct ss_eval_pairs e = { 0 };
+	int rc = ss_predict_each(m, params, table, path, bad, ss_eval_keep, &e,
+				 skipped);
+
+	if (rc == 0 && e.n == 0)
 		rc = ss_error_set(SS_EPARSE, "no examples", NULL,
 				  "test file '%s'", path);
 	if (rc == 0)
-		rc = ss_metrics_compute(p, y, n, out);
-	*skipped = r ? ss_reader_skipped(r) : 0;
+		rc = ss_metrics_compute(e.p, e.y, e.n, out);
 	if (rc == 0 && *skipped)
 		ss_log_warn("held-out: %" PRIu64 " malformed lines of '%s' "
 			    "skipped: the figures are of the other %" PRIu64,
@@ -134,10 +160,8 @@ int ss_evaluate(const struct ss_model_config *m, const float *params,
 			    "(a lower --lr, or --optimizer adagrad, trains "
 			    "stably)",
 			    out->not_numbers, out->count);
-	ss_reader_close(&r);
-	ss_model_work_destroy(&w);
-	free(p);
-	free(y);
+	free(e.p);
+	free(e.y);
 	return rc;
 }
 
