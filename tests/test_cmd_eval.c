@@ -160,3 +160,110 @@ Test(cmd_eval, what_cannot_be_evaluated_is_refused)
 		     "%s", out);
 	cr_assert(strstr(out, "--load and --data"), "%s", out);
 }
+
+/*
+ * The floats of the .npy files model.json lists in @dir/@folder, in its
+ * order, appended at @out (room for @cap): each file's header checked
+ * (NumPy 1.0, little-endian float32, C order) and its shape against the
+ * floats that follow.  Returns how many floats, -1 on a bad file.
+ */
+static long read_export(const char *folder, float *out, size_t cap)
+{
+	char path[512], json[16384], *at;
+	long total = 0;
+	size_t len;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s/model.json", dir, folder);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	len = fread(json, 1, sizeof(json) - 1, f);
+	fclose(f);
+	json[len] = '\0';
+	for (at = strstr(json, "\"file\": \""); at;
+	     at = strstr(at + 1, "\"file\": \"")) {
+		unsigned char head[10];
+		char name[64], header[512], *shape;
+		size_t rows = 1, cols = 0, n, hlen;
+
+		if (sscanf(at, "\"file\": \"%63[^\"]", name) != 1)
+			return -1;
+		snprintf(path, sizeof(path), "%s/%s/%s", dir, folder, name);
+		f = fopen(path, "rb");
+		if (!f || fread(head, 1, 10, f) != 10 ||
+		    memcmp(head, "\x93NUMPY\x01\x00", 8) != 0)
+			return -1;
+		hlen = head[8] | (size_t)head[9] << 8;
+		if ((10 + hlen) % 64 != 0 || hlen >= sizeof(header) ||
+		    fread(header, 1, hlen, f) != hlen)
+			return -1;
+		header[hlen] = '\0';
+		shape = strstr(header, "'shape': (");
+		if (!strstr(header, "'descr': '<f4', 'fortran_order': False") ||
+		    !shape)
+			return -1;
+		/* (rows, cols), or (cols,) */
+		if (sscanf(shape, "'shape': (%zu, %zu)", &rows, &cols) != 2) {
+			rows = 1;
+			if (sscanf(shape, "'shape': (%zu,)", &cols) != 1)
+				return -1;
+		}
+		n = fread(out + total, sizeof(float), cap - (size_t)total, f);
+		fclose(f);
+		if (n != rows * cols)
+			return -1;
+		total += (long)n;
+	}
+	return total;
+}
+
+/*
+ * export: the model's floats, every one, in the files model.json lists,
+ * in their order; the sizes in model.json; an existing folder is refused
+ * and left, and a failed export leaves nothing.
+ */
+Test(cmd_eval, export_writes_every_float_of_the_model)
+{
+	enum { CAP = 400000 };
+	float *want = malloc(CAP * sizeof(float));
+	float *got = malloc(CAP * sizeof(float));
+	uint64_t hash, n, examples;
+	char out[8192], path[512];
+	long floats;
+
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data train.txt " MODEL
+			 " --threads 1 --progress 0 --save m.ckpt 2>&1 && "
+			 "$S export --load m.ckpt --out m 2>&1"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "to 'm'"), "%s", out);
+	snprintf(path, sizeof(path), "%s/m.ckpt", dir);
+	cr_assert_eq(ss_checkpoint_peek(path, &hash, &n, &examples), 0);
+	cr_assert(n < CAP);
+	cr_assert_eq(
+		ss_checkpoint_load(path, want, NULL, n, hash, &examples, NULL),
+		0);
+	floats = read_export("m", got, CAP);
+	cr_assert_eq(floats, (long)n);
+	cr_assert(memcmp(got, want, n * sizeof(float)) == 0);
+	cr_assert_eq(run(out, sizeof(out), "cat m/model.json"), 0);
+	cr_assert(strstr(out, "\"bottom\": [13, 16, 4]"), "%s", out);
+	cr_assert(strstr(out, "\"top\": [16, 1]"), "%s", out);
+	cr_assert(strstr(out, "\"rows\": [2000, 2000,"), "%s", out);
+	cr_assert(strstr(out, "\"trained_examples\": 6000"), "%s", out);
+	/* an existing folder: refused, left as it was */
+	cr_assert_eq(
+		run(out, sizeof(out), "$S export --load m.ckpt --out m 2>&1"),
+		2, "%s", out);
+	cr_assert(strstr(out, "--out 'm': it exists"), "%s", out);
+	cr_assert_eq(read_export("m", got, CAP), (long)n);
+	/* a folder that cannot be made: nothing left beside it */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S export --load m.ckpt --out none/m 2>&1; ls"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "--out 'none/m'"), "%s", out);
+	cr_assert_null(strstr(out, "tmp-"), "%s", out);
+	free(want);
+	free(got);
+}

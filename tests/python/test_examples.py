@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """The examples a user copies: the DLRM under `shadowsync launch -n 2`,
-its JSON (the job's and each rank's), and the DCN alone."""
+its JSON (the job's and each rank's), the DCN alone, and a model
+exported from `shadowsync train` loaded into the DLRM."""
+import inspect
 import json
 import os
 import subprocess
 
+import numpy as np
 import pytest
 from conftest import PYTHON, ROOT, TRANSPORT, port_block
 
@@ -81,3 +84,45 @@ def test_dcn_with_multi_hot_bags_learns(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     rank = json.loads(out.stdout.strip().splitlines()[-1])
     assert rank["test_ne"] < 0.95 and rank["test_auc"] > 0.7, rank
+
+
+def test_an_exported_sharded_model_predicts_in_pytorch_as_predict_does(
+        data, tmp_path):
+    """train (two ranks, sharded tables) -> predict -> export -> the
+    docs' loader: PyTorch gives the probabilities predict wrote, to float
+    precision; a changed weight is caught."""
+    host = ["--host", os.environ["SS_RXE_ADDR"]] \
+        if TRANSPORT == "verbs" else []
+    shards = str(tmp_path / "s.{rank}")
+    model, probs = tmp_path / "model", tmp_path / "p.txt"
+    for args in (["launch", "-n", "2", "--transport", TRANSPORT, "--port",
+                  str(port_block()), *host, "--", "train", "--data",
+                  str(data / "train.txt"), "--threads", "1", "--save",
+                  shards, *SMALL],
+                 ["predict", "--load", shards, "--data",
+                  str(data / "test.txt"), "--out", str(probs)],
+                 ["export", "--load", shards, "--out", str(model)]):
+        out = subprocess.run([SHADOWSYNC, *args], env=env(),
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+    check = [PYTHON, "-m", "shadowsync.examples.exported", str(model),
+             "--data", str(data / "test.txt"), "--check", str(probs)]
+    out = subprocess.run(check, env=env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1000 examples: NE " in out.stdout, out.stdout
+    # one table changed: the check fails
+    emb = np.load(model / "embedding.7.npy")
+    emb[:] *= 1.5
+    np.save(model / "embedding.7.npy", emb)
+    out = subprocess.run(check, env=env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+
+
+def test_the_docs_show_the_exported_models_loader_as_it_is():
+    """docs/export.md's loader is exported.py's, line for line."""
+    from shadowsync.examples import exported
+    with open(os.path.join(ROOT, "docs", "export.md")) as f:
+        docs = f.read()
+    assert inspect.getsource(exported.load) in docs

@@ -51,70 +51,6 @@ static void ss_eval_usage(FILE *out, bool predict)
 			"  --json                 print the figures as one JSON line\n");
 }
 
-/* The shards of @pattern ({rank}) gathered into *@params, a whole model. */
-static int ss_eval_gather(const char *pattern, const struct ss_model_config *m,
-			  int world, float *params)
-{
-	struct ss_shard_set set = { 0 };
-	char hint[128], ours[48];
-	int rc = ss_shards_alloc(&set, m, world);
-
-	snprintf(hint, sizeof(hint),
-		 "the set is the %d files of the job that saved them", world);
-	snprintf(ours, sizeof(ours), "a set of %d, as shard 0 says", world);
-	if (rc == 0)
-		rc = ss_shards_read(&set, pattern, ss_layout_hash(m), "--load",
-				    ours, hint);
-	if (rc == 0)
-		ss_shards_gather(&set, m, params);
-	ss_shards_free(&set);
-	return rc;
-}
-
-/*
- * The model of @path into *@params (freed by the caller): a whole model,
- * or with {rank} in @path a job's shards gathered (its rank 0's file
- * says which).
- */
-static int ss_eval_load(const char *path, struct ss_model_config *m,
-			float **params)
-{
-	char first[4096];
-	bool set = strstr(path, "{rank}") != NULL;
-	const char *one = path;
-	int tables, world, rc;
-	uint64_t examples;
-
-	*params = NULL;
-	if (set) {
-		ss_rank_path(path, 0, first, sizeof(first));
-		one = first;
-	}
-	rc = ss_train_record_model(one, m, &tables, &world);
-	if (rc == 0 && tables == SS_TABLES_SHARDED && !set)
-		return ss_error_set(
-			SS_EUSAGE,
-			"it is one shard of a sharded model: its rows are spread "
-			"over the job's files",
-			"give them all: --load 'PATH.{rank}', {rank} where the "
-			"rank is in their names",
-			"checkpoint '%s' (a shard of %d)", path, world);
-	if (rc == 0 && !(*params = malloc(ss_model_len(m) * sizeof(float))))
-		rc = ss_error_set(-ENOMEM, NULL, NULL, "the model of '%s'",
-				  path);
-	if (rc == 0 && tables == SS_TABLES_SHARDED)
-		rc = ss_eval_gather(path, m, world, *params);
-	else if (rc == 0)
-		rc = ss_checkpoint_load(one, *params, NULL, ss_model_len(m),
-					ss_layout_hash(m), &examples, NULL);
-	if (rc < 0) {
-		free(*params);
-		*params = NULL;
-		return ss_error_prefix("--load");
-	}
-	return 0;
-}
-
 /* Where predict writes. */
 struct ss_predict_out {
 	FILE *f;
@@ -237,7 +173,7 @@ static int ss_eval_main(int argc, char **argv, bool predict)
 		return ss_cmd_fail(prog, rc);
 	rc = ss_blas_check();
 	if (rc == 0)
-		rc = ss_eval_load(load, &m, &params);
+		rc = ss_model_load_any(load, &m, &params, NULL);
 	if (rc == 0 && out_path && !(out = fopen(out_path, "w")))
 		rc = ss_error_set(-errno, NULL,
 				  "the folder must exist and be writable",

@@ -22,6 +22,7 @@ int ss_cmd_reshard(int argc, char **argv);
 int ss_cmd_shm_clean(int argc, char **argv);
 int ss_cmd_eval(int argc, char **argv);
 int ss_cmd_predict(int argc, char **argv);
+int ss_cmd_export(int argc, char **argv);
 
 /*
  * ss_cmd_fail() - print the last failure for the user and return the exit

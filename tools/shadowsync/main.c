@@ -25,6 +25,8 @@ static const struct {
 	  "evaluate a saved model on a file: NE, AUC, calibration" },
 	{ "predict", ss_cmd_predict,
 	  "write a saved model's click probability for each example" },
+	{ "export", ss_cmd_export,
+	  "write a saved model's weights as NumPy files, with model.json" },
 	{ "reshard", ss_cmd_reshard,
 	  "re-divide sharded-table checkpoints for another number of ranks" },
 	{ "shm-clean", ss_cmd_shm_clean,

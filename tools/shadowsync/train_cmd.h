@@ -453,4 +453,15 @@ int ss_shards_read(struct ss_shard_set *s, const char *from,
 void ss_shards_gather(const struct ss_shard_set *s,
 		      const struct ss_model_config *m, float *params);
 
+/*
+ * ss_model_load_any() - the model of @path into *@params (ss_model_len()
+ * floats, freed by the caller) and its sizes into @m, from the record
+ * train keeps in its checkpoints: a whole model, or with {rank} in @path
+ * a job's shards gathered (its rank 0's file says how many).  The
+ * examples it was trained on into *@trained when not NULL.  Errors start
+ * with --load.
+ */
+int ss_model_load_any(const char *path, struct ss_model_config *m,
+		      float **params, uint64_t *trained);
+
 #endif /* SS_TRAIN_CMD_H */

@@ -114,14 +114,21 @@ def batches(ex, rows, batch):
 EVAL_BATCH = 1024
 
 
-def evaluate(model, ex, rows, batch=EVAL_BATCH):
+def predict(model, ex, rows, batch=EVAL_BATCH):
+    """The click probability @model gives each example of @ex (@rows its
+    table rows): a numpy float32 array."""
+    training = model.training
     model.eval()
     out = []
     with torch.no_grad():
         for dense, values, offsets, _ in batches(ex, rows, batch):
             out.append(torch.sigmoid(model(dense, values, offsets)))
-    model.train()
-    return train.metrics(torch.cat(out).numpy(), ex.labels)
+    model.train(training)
+    return torch.cat(out).numpy()
+
+
+def evaluate(model, ex, rows, batch=EVAL_BATCH):
+    return train.metrics(predict(model, ex, rows, batch), ex.labels)
 
 
 def parse(argv):

@@ -1,0 +1,323 @@
+// SPDX-License-Identifier: BSD-2-Clause
+/*
+ * shadowsync export: a trained model's weights and configuration in a
+ * folder any framework can read (docs/export.md): model.json says what
+ * the model is, how its input is turned into numbers and which file
+ * holds each tensor; each tensor is a NumPy .npy file of little-endian
+ * float32 (numpy.load, torch.from_numpy).  The folder appears whole or
+ * not at all: it is written under another name and renamed.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "train_cmd.h"
+
+#define SS_EXPORT_FORMAT "shadowsync-dlrm"
+#define SS_EXPORT_VERSION 1
+
+static void ss_export_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowsync export --load CKPT --out DIR\n"
+		"\n"
+		"Write the model of CKPT into the new folder DIR: model.json (the sizes,\n"
+		"how a Criteo line becomes the model's input, the tensors) and one NumPy\n"
+		".npy file of float32 a tensor, for serving or for PyTorch\n"
+		"(docs/export.md loads it into the DLRM of shadowsync.examples.dlrm).\n"
+		"A sharded model's files are read together: --load 'PATH.{rank}'.\n"
+		"\n"
+		"  --load CKPT            the checkpoint train saved (--save)\n"
+		"  --out DIR              the folder to make; it must not exist\n"
+		"  -h, --help             this help\n");
+}
+
+/* A tensor of the model: @rows x @cols floats at @data, @rows 0: 1-D. */
+struct ss_tensor {
+	char name[32];
+	const float *data;
+	size_t rows, cols;
+};
+
+/*
+ * @t as DIR/NAME.npy: the NumPy format, version 1.0: magic, a header
+ * (a Python dict literal) padded with spaces to a multiple of 64 bytes,
+ * then the floats in C order.
+ */
+static int ss_npy_write(int dir, const struct ss_tensor *t)
+{
+	char header[128], file[sizeof(t->name) + 4], shape[48];
+	size_t n = (t->rows ? t->rows : 1) * t->cols;
+	/* the magic, version 1.0, the header's length (2 bytes LE) */
+	unsigned char magic[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0 };
+	int len, fd;
+	FILE *f;
+
+	if (t->rows)
+		snprintf(shape, sizeof(shape), "(%zu, %zu)", t->rows, t->cols);
+	else
+		snprintf(shape, sizeof(shape), "(%zu,)", t->cols);
+	len = snprintf(header, sizeof(header),
+		       "{'descr': '%cf4', 'fortran_order': False, "
+		       "'shape': %s, }",
+		       __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? '<' : '>',
+		       shape);
+	while ((len + 1 + (int)sizeof(magic)) % 64)
+		header[len++] = ' ';
+	header[len++] = '\n';
+	magic[8] = (unsigned char)(len & 0xff);
+	magic[9] = (unsigned char)(len >> 8);
+	snprintf(file, sizeof(file), "%.*s.npy", (int)sizeof(t->name) - 1,
+		 t->name);
+	fd = openat(dir, file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!f) {
+		int rc = -errno;
+
+		if (fd >= 0)
+			close(fd);
+		return ss_error_set(rc, NULL, NULL, "writing '%s'", file);
+	}
+	if (fwrite(magic, 1, sizeof(magic), f) != sizeof(magic) ||
+	    fwrite(header, 1, (size_t)len, f) != (size_t)len ||
+	    fwrite(t->data, sizeof(float), n, f) != n || fflush(f) != 0 ||
+	    fsync(fileno(f)) != 0) {
+		int rc = -errno;
+
+		fclose(f);
+		return ss_error_set(rc ? rc : -EIO, NULL,
+				    "check the free space", "writing '%s'",
+				    file);
+	}
+	return fclose(f) == 0 ?
+		       0 :
+		       ss_error_set(-errno, NULL, NULL, "writing '%s'", file);
+}
+
+/*
+ * The tensors of @params, in the order model.json lists them: each
+ * layer's weight (out x in, as torch.nn.Linear keeps it) and bias, the
+ * bottom MLP's then the top's, then each feature's table.  Returns how
+ * many; @t holds at least 2 * (2 * SS_MAX_LAYERS) + SS_SPARSE.
+ */
+static int ss_export_tensors(const struct ss_model_config *m,
+			     const float *params, struct ss_tensor *t)
+{
+	int nb = m->n_bottom - 1, n = 0;
+	const float *p = params;
+
+	for (int l = 0; l < nb + m->n_top; l++) {
+		bool bottom = l < nb;
+		int k = bottom ? l : l - nb;
+		size_t in = bottom ? (size_t)m->bottom[k] :
+			    k == 0 ? (size_t)ss_model_top_input(m) :
+				     (size_t)m->top[k - 1];
+		size_t out =
+			bottom ? (size_t)m->bottom[k + 1] : (size_t)m->top[k];
+
+		t[n] = (struct ss_tensor){ .data = p, .rows = out, .cols = in };
+		snprintf(t[n++].name, sizeof(t->name), "%s.%d.weight",
+			 bottom ? "bottom" : "top", k);
+		p += out * in;
+		t[n] = (struct ss_tensor){ .data = p, .cols = out };
+		snprintf(t[n++].name, sizeof(t->name), "%s.%d.bias",
+			 bottom ? "bottom" : "top", k);
+		p += out;
+	}
+	for (int j = 0; j < SS_SPARSE; j++) {
+		t[n] = (struct ss_tensor){ .data = p,
+					   .rows = m->hash_size,
+					   .cols = (size_t)m->emb_dim };
+		snprintf(t[n++].name, sizeof(t->name), "embedding.%d", j);
+		p += (size_t)m->hash_size * (size_t)m->emb_dim;
+	}
+	return n;
+}
+
+static void ss_json_ints(FILE *f, const int *v, int n)
+{
+	fputc('[', f);
+	for (int i = 0; i < n; i++)
+		fprintf(f, "%s%d", i ? ", " : "", v[i]);
+	fputc(']', f);
+}
+
+/* model.json: what the model is, how input becomes numbers, its files. */
+static int ss_export_json(int dir, const struct ss_model_config *m,
+			  uint64_t trained, const struct ss_tensor *t, int n)
+{
+	int fd = openat(dir, "model.json",
+			O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+	int rc;
+
+	if (!f) {
+		rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return ss_error_set(rc, NULL, NULL, "writing 'model.json'");
+	}
+	fprintf(f,
+		"{\n  \"format\": \"" SS_EXPORT_FORMAT "\",\n"
+		"  \"version\": %d,\n"
+		"  \"shadowsync\": ",
+		SS_EXPORT_VERSION);
+	ss_json_string(f, SS_VERSION_STRING);
+	fprintf(f,
+		",\n  \"trained_examples\": %" PRIu64 ",\n"
+		"  \"dense_features\": %d,\n  \"sparse_features\": %d,\n"
+		"  \"emb_dim\": %d,\n  \"bottom\": ",
+		trained, SS_DENSE, SS_SPARSE, m->emb_dim);
+	ss_json_ints(f, m->bottom, m->n_bottom);
+	fprintf(f,
+		",\n  \"top_input\": %d,\n  \"top\": ", ss_model_top_input(m));
+	ss_json_ints(f, m->top, m->n_top);
+	fprintf(f, ",\n  \"rows\": [");
+	for (int j = 0; j < SS_SPARSE; j++)
+		fprintf(f, "%s%" PRIu32, j ? ", " : "", m->hash_size);
+	fprintf(f,
+		"],\n"
+		"  \"dense_input\": \"log(1 + x) of each integer field, 0 when "
+		"it is negative or empty\",\n"
+		"  \"sparse_input\": \"feature j's 8 hex digits as a 32-bit "
+		"value v (0 when empty); its row: splitmix64((j << 32) | v) "
+		"mod rows[j]\",\n"
+		"  \"interaction\": \"z, the bottom MLP's output, then the dot "
+		"product of every pair (a, b), b < a, of [z, e_0 .. e_25] in "
+		"the order a = 1 .. 26, b = 0 .. a - 1\",\n"
+		"  \"activation\": \"relu after every layer but the top's "
+		"last; the output is a logit: sigmoid gives the click "
+		"probability\",\n"
+		"  \"tensors\": [");
+	for (int i = 0; i < n; i++) {
+		fprintf(f,
+			"%s\n    {\"name\": \"%s\", \"file\": \"%s.npy\", "
+			"\"shape\": [",
+			i ? "," : "", t[i].name, t[i].name);
+		if (t[i].rows)
+			fprintf(f, "%zu, ", t[i].rows);
+		fprintf(f, "%zu]}", t[i].cols);
+	}
+	fprintf(f, "\n  ]\n}\n");
+	rc = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0 ? -EIO : 0;
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	return rc < 0 ? ss_error_set(rc, NULL, "check the free space",
+				     "writing 'model.json'") :
+			0;
+}
+
+/* What an export that failed wrote: the files in @tmp, then the folder. */
+static void ss_export_remove(const char *tmp)
+{
+	DIR *d = opendir(tmp);
+	struct dirent *e;
+
+	while (d && (e = readdir(d)))
+		if (e->d_name[0] != '.')
+			unlinkat(dirfd(d), e->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(tmp);
+}
+
+/* The model's files in a new folder beside @out, renamed to @out. */
+static int ss_export_write(const char *out, const struct ss_model_config *m,
+			   const float *params, uint64_t trained)
+{
+	struct ss_tensor t[4 * SS_MAX_LAYERS + SS_SPARSE];
+	int n = ss_export_tensors(m, params, t), dir, rc = 0;
+	char tmp[4096];
+	struct stat st;
+
+	if (lstat(out, &st) == 0)
+		return ss_error_set(SS_EUSAGE, "it exists",
+				    "name a new folder, or remove this one",
+				    "--out '%s'", out);
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", out) >=
+	    (int)sizeof(tmp))
+		return ss_error_set(SS_EUSAGE, "too long", NULL, "--out");
+	if (!mkdtemp(tmp))
+		return ss_error_set(-errno, NULL,
+				    "its parent folder must exist and be "
+				    "writable",
+				    "--out '%s'", out);
+	dir = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dir < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "'%s'", tmp);
+	for (int i = 0; rc == 0 && i < n; i++)
+		rc = ss_npy_write(dir, &t[i]);
+	if (rc == 0)
+		rc = ss_export_json(dir, m, trained, t, n);
+	if (rc == 0 && chmod(tmp, 0755) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "'%s'", tmp);
+	if (rc == 0 && rename(tmp, out) < 0)
+		rc = ss_error_set(-errno, NULL, NULL, "renaming '%s' to '%s'",
+				  tmp, out);
+	if (dir >= 0)
+		close(dir);
+	if (rc < 0) {
+		ss_export_remove(tmp);
+		return ss_error_prefix("--out '%s'", out);
+	}
+	return 0;
+}
+
+int ss_cmd_export(int argc, char **argv)
+{
+	enum { OPT_LOAD = 256, OPT_OUT };
+	static const struct option options[] = {
+		{ "load", required_argument, NULL, OPT_LOAD },
+		{ "out", required_argument, NULL, OPT_OUT },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *load = NULL, *out = NULL;
+	struct ss_model_config m;
+	float *params = NULL;
+	uint64_t trained = 0;
+	int opt, rc = 0;
+
+	optind = 1;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_LOAD:
+			load = optarg;
+			break;
+		case OPT_OUT:
+			out = optarg;
+			break;
+		case 'h':
+			ss_export_usage(stdout);
+			return SS_EXIT_OK;
+		default:
+			return ss_cmd_fail(
+				"shadowsync export",
+				ss_cmd_unknown_option("export", argv, options));
+		}
+	}
+	rc = ss_cmd_no_more_args(argc, argv);
+	if (rc == 0 && (!load || !out))
+		rc = ss_error_set(SS_EUSAGE, "both are required",
+				  "shadowsync export --load model.ckpt "
+				  "--out model",
+				  "--load and --out");
+	if (rc == 0)
+		rc = ss_model_load_any(load, &m, &params, &trained);
+	if (rc == 0)
+		rc = ss_export_write(out, &m, params, trained);
+	free(params);
+	if (rc < 0)
+		return ss_cmd_fail("shadowsync export", rc);
+	printf("exported the model of '%s' (%" PRIu64
+	       " examples trained) to '%s'\n",
+	       load, trained, out);
+	return SS_EXIT_OK;
+}
