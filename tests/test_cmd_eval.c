@@ -267,3 +267,63 @@ Test(cmd_eval, export_writes_every_float_of_the_model)
 	free(want);
 	free(got);
 }
+
+/*
+ * --hash-size with a number for each table (Criteo's cardinalities span
+ * 3 to 10 million): on two ranks with sharded tables, the set evaluates
+ * to rank 0's figures and exports each table at its size; the same sizes
+ * from a file make the same model (--load takes the checkpoint); a list
+ * of another length, or a bad number, is refused naming it.
+ */
+#define SIZES \
+	"3,500,37,1000,7,2000,4,300,50,10,800,1200,2,90,600,40,9,1500,25,70,5,400,100,30,8,2500"
+#define SMALL_MLPS "--emb-dim 4 --bottom 13-16-4 --top 16-1"
+
+Test(cmd_eval, tables_of_several_sizes)
+{
+	char trained[16384], evaluated[4096], out[8192];
+	const char *rank0;
+	int port = ranks_port_base();
+
+	cr_assert_eq(run(trained, sizeof(trained),
+			 "$S launch -n 2 --port %d --json -- train --data "
+			 "train.txt --test test.txt " SMALL_MLPS
+			 " --hash-size " SIZES " --threads 1 --progress 0 "
+			 "--save 's.{rank}' 2>/dev/null",
+			 port),
+		     0, "%s", trained);
+	rank0 = strstr(trained, "{\"rank\":0");
+	cr_assert_not_null(rank0, "%s", trained);
+	cr_assert_eq(run(evaluated, sizeof(evaluated),
+			 "$S eval --load 's.{rank}' --data test.txt --json "
+			 "2>&1"),
+		     0, "%s", evaluated);
+	cr_assert_float_eq(cmd_json_number(evaluated, "ne"),
+			   cmd_json_number(rank0, "test_ne"), 1e-6, "%s\n%s",
+			   rank0, evaluated);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S export --load 's.{rank}' --out e >/dev/null && "
+			 "grep '\"rows\"' e/model.json && "
+			 "grep -c 'shape.: .2500, 4' e/model.json"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "[3, 500, 37, 1000,"), "%s", out);
+	/* a file of the same sizes, a line of comment among them */
+	cr_assert_eq(run(out, sizeof(out),
+			 "printf '# per table\\n" SIZES "\\n' | tr , ' ' "
+			 "> sizes.txt && $S train --data test.txt " SMALL_MLPS
+			 " --hash-size " SIZES " --threads 1 --progress 0 "
+			 "--save l.ckpt >/dev/null 2>&1 && "
+			 "$S train --data test.txt " SMALL_MLPS
+			 " --hash-size @sizes.txt --load l.ckpt --threads 1 "
+			 "--progress 0 2>&1"),
+		     0, "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data test.txt --hash-size 3,4 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "(2 numbers): want 1 or 26"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "echo '3 4 x' > bad.txt && $S train --data test.txt "
+			 "--hash-size @bad.txt 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "bad.txt:1: 'x'"), "%s", out);
+}

@@ -128,15 +128,31 @@ static void gradient(uint64_t id, int k, float *g)
 		       0.01f;
 }
 
+/* The table and row of id @id: the tables' rows counted off in turn. */
+static void id_row(const struct ss_table_options *o, uint64_t id, int *t,
+		   uint32_t *row, uint32_t *rows)
+{
+	*t = 0;
+	if (!o->table_rows) {
+		*t = (int)(id / o->rows);
+		id %= o->rows;
+	}
+	while (o->table_rows && id >= o->table_rows[*t])
+		id -= o->table_rows[(*t)++];
+	*row = (uint32_t)id;
+	*rows = o->table_rows ? o->table_rows[*t] : o->rows;
+}
+
 /* What @pushes of gradient() do to row @id, applied on one node. */
 static void expected(const struct ss_table_options *o, uint64_t id, int pushes,
 		     float *row)
 {
 	float acc[WIDTH] = { 0 }, g[WIDTH];
+	uint32_t r, rows;
+	int t;
 
-	ss_table_init_row(o->seed, (int)(id / o->rows),
-			  (uint32_t)(id % o->rows), WIDTH,
-			  (float)sqrt(1.0 / o->rows), row);
+	id_row(o, id, &t, &r, &rows);
+	ss_table_init_row(o->seed, t, r, WIDTH, (float)sqrt(1.0 / rows), row);
 	for (int k = 0; k < pushes; k++) {
 		gradient(id, k, g);
 		for (int i = 0; i < WIDTH; i++) {
@@ -178,11 +194,9 @@ static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
 		for (int j = 0; j < WIDTH; j++)
 			rank_fail_if(rank, rows[i][j] != want[j],
 				     "row %llu [%d]: %g, want %g after %d "
-				     "pushes (owner %d)",
+				     "pushes",
 				     (unsigned long long)ids[i], j, rows[i][j],
-				     want[j], pushes,
-				     ss_table_owner(t, (int)(ids[i] / ROWS),
-						    (uint32_t)(ids[i] % ROWS)));
+				     want[j], pushes);
 	}
 	rank_fail_if(rank, ss_table_lookup(t, 0, 1, ids, n), "lookup");
 	rank_fail_if(rank, ss_table_wait_into(t, 0, 1, copied), "wait into");
@@ -238,6 +252,77 @@ static int body_push(struct ss_table *t, int rank, struct job *job)
 		ss_table_registered_bytes(&t->opts, 2), st.registered_bytes);
 	atomic_store(&job->sh->phase, 1);
 	return 0;
+}
+
+/*
+ * Tables of several sizes (3, 500 and 37 rows): every row has one owner
+ * and a slot of its own in its table's part of that shard, and a pushed
+ * row of each reads back as one node's steps make it.
+ */
+static const uint32_t sizes[] = { 3, ROWS, 37 };
+
+static int body_sizes(struct ss_table *t, int rank, struct job *job)
+{
+	uint64_t ids[40], all = 3 + ROWS + 37;
+	uint32_t slots[2] = { 0 };
+	float g[40 * WIDTH];
+	bool *seen = calloc(2 * t->slots, 1);
+
+	rank_fail_if(rank, !seen || t->all_rows != all || t->t_first[2] != 503,
+		     "ids to %llu", (unsigned long long)t->all_rows);
+	for (int k = 0; k < 3; k++) {
+		uint32_t per = ss_table_rows_per_owner(sizes[k], 2);
+
+		for (uint32_t r = 0; r < sizes[k]; r++) {
+			int owner;
+			uint32_t slot;
+
+			ss__table_place(t, k, r, &owner, &slot);
+			rank_fail_if(rank,
+				     owner < 0 || owner > 1 ||
+					     slot < t->t_slot[k] ||
+					     slot >= t->t_slot[k] + per ||
+					     seen[owner * t->slots + slot],
+				     "table %d row %u: owner %d slot %u", k, r,
+				     owner, slot);
+			seen[owner * t->slots + slot] = true;
+			slots[owner]++;
+		}
+	}
+	free(seen);
+	rank_fail_if(rank, slots[0] + slots[1] != all || slots[0] < 250,
+		     "rows owned: %u and %u", slots[0], slots[1]);
+	if (rank != 0)
+		return wait_phase(job->sh, 1) ? 0 : -1;
+	for (int i = 0; i < 40; i++)
+		ids[i] = i < 3 ? (uint64_t)i : all - 1 - (uint64_t)i * 13 % all;
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 0), "at the start");
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 40; i++)
+			gradient(ids[i], k, g + i * WIDTH);
+		rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
+		rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	}
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 3), "after 3 pushes");
+	ids[0] = all;
+	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 1) != -EINVAL,
+		     "id %llu past the last table taken",
+		     (unsigned long long)all);
+	atomic_store(&job->sh->phase, 1);
+	return 0;
+}
+
+Test(table, tables_of_several_sizes_each_spread_and_updated, .timeout = 150)
+{
+	struct job job = { .world = 2, .body = body_sizes };
+
+	ss_table_options_init(&job.opts);
+	job.opts.tables = 3;
+	job.opts.table_rows = sizes;
+	job.opts.width = WIDTH;
+	job.opts.update = SS_TABLE_ADAGRAD;
+	job.opts.max_rows = 64;
+	run(&job);
 }
 
 static void push_test(enum ss_table_update update)
@@ -1002,7 +1087,7 @@ static int body_train(struct ss_table *t, int rank, struct job *job)
 	struct ss_train_options o = tj->train;
 	struct ss_train_result res;
 	float *params = malloc(ss_model_len(m) * sizeof(float));
-	uint64_t ids[64];
+	uint64_t ids[64], all = (ss_model_len(m) - dense) / D;
 	const float *rows[64];
 	int bad = 0;
 
@@ -1020,15 +1105,15 @@ static int body_train(struct ss_table *t, int rank, struct job *job)
 	for (size_t i = 0; i < dense; i++)
 		bad += fabsf(params[i] - tj->want[i]) > 1e-4f;
 	rank_fail_if(rank, bad, "%d of %zu MLP weights differ", bad, dense);
-	for (uint64_t id = 0; id < (uint64_t)SS_SPARSE * m->hash_size;
-	     id += 64) {
+	for (uint64_t id = 0; id < all; id += 64) {
 		const float *want = tj->want + dense + id * D;
+		int n = all - id < 64 ? (int)(all - id) : 64;
 
-		for (int i = 0; i < 64; i++)
+		for (int i = 0; i < n; i++)
 			ids[i] = id + (uint64_t)i;
-		rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, 64), "lookup");
+		rank_fail_if(rank, ss_table_lookup(t, 0, 0, ids, n), "lookup");
 		rank_fail_if(rank, ss_table_wait(t, 0, 0, rows), "wait");
-		for (int i = 0; i < 64; i++)
+		for (int i = 0; i < n; i++)
 			for (size_t j = 0; j < D; j++)
 				bad += fabsf(rows[i][j] - want[i * D + j]) >
 				       1e-4f;
@@ -1039,7 +1124,9 @@ static int body_train(struct ss_table *t, int rank, struct job *job)
 	return 0;
 }
 
-static void train_test(enum ss_optimizer opt)
+/* @opt on sharded tables against local ones; tables of several sizes
+ * with @sizes. */
+static void train_test(enum ss_optimizer opt, bool sizes)
 {
 	struct train_job tj = { .job = { .world = 2, .body = body_train } };
 	struct ss_gen_options g;
@@ -1059,6 +1146,8 @@ static void train_test(enum ss_optimizer opt)
 	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
 	fclose(f);
 	small_model(&tj.model, 8, 64);
+	for (int j = 0; sizes && j < SS_SPARSE; j++)
+		tj.model.table_rows[j] = 3 + (uint32_t)(j * 37 % 120);
 	ss_train_options_init(&tj.train);
 	tj.train.data = tj.data;
 	tj.train.batch = 32;
@@ -1075,6 +1164,7 @@ static void train_test(enum ss_optimizer opt)
 	ss_table_options_init(&tj.job.opts);
 	tj.job.opts.tables = SS_SPARSE;
 	tj.job.opts.rows = tj.model.hash_size;
+	tj.job.opts.table_rows = sizes ? tj.model.table_rows : NULL;
 	tj.job.opts.width = tj.model.emb_dim;
 	tj.job.opts.update =
 		opt == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD : SS_TABLE_SGD;
@@ -1089,11 +1179,16 @@ static void train_test(enum ss_optimizer opt)
 
 Test(table, sgd_on_sharded_tables_trains_the_single_node_model, .timeout = 150)
 {
-	train_test(SS_OPT_SGD);
+	train_test(SS_OPT_SGD, false);
 }
 
 Test(table, adagrad_on_sharded_tables_trains_the_single_node_model,
      .timeout = 150)
 {
-	train_test(SS_OPT_ADAGRAD);
+	train_test(SS_OPT_ADAGRAD, false);
+}
+
+Test(table, tables_of_several_sizes_train_the_single_node_model, .timeout = 150)
+{
+	train_test(SS_OPT_ADAGRAD, true);
 }

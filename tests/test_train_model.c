@@ -103,6 +103,62 @@ Test(model, config_checks_and_sizes)
 	cr_assert_eq(ss_model_len(&c), ss_model_dense_len(&c) + 26 * 3 * 2);
 }
 
+/*
+ * Tables of several sizes: each table's ids follow the earlier tables'
+ * rows, every id of a batch falls in its own table, and the model read
+ * through those ids (as sharded tables serve them) predicts what it
+ * predicts from its own array.
+ */
+Test(model, tables_of_several_sizes)
+{
+	struct ss_model_config c;
+	struct ss_model_work *w;
+	struct ss_example ex[8];
+	uint64_t ids[8 * SS_SPARSE], total = 0;
+	const float *rows[8 * SS_SPARSE];
+	float p[8], q[8], *params;
+	size_t dense;
+
+	tiny(&c);
+	for (int j = 0; j < SS_SPARSE; j++) {
+		c.table_rows[j] = 1 + (uint32_t)(j * 7 % 11);
+		total += c.table_rows[j];
+	}
+	cr_assert_eq(ss_model_check(&c), 0);
+	cr_assert_not(ss_model_uniform(&c));
+	dense = ss_model_dense_len(&c);
+	cr_assert_eq(ss_model_len(&c), dense + total * 2);
+	cr_assert_eq(ss_model_table_first(&c, 0), 0);
+	cr_assert_eq(ss_model_table_first(&c, 2), 1 + 8);
+	cr_assert_eq(ss_model_table_rows(&c, 1), 8);
+	params = malloc(ss_model_len(&c) * sizeof(float));
+	cr_assert_not_null(params);
+	ss_model_init(&c, params, 5);
+	examples(ex, 8);
+	ss_model_batch_rows(&c, ex, 8, ids);
+	for (int i = 0; i < 8 * SS_SPARSE; i++) {
+		int j = i % SS_SPARSE;
+
+		cr_assert(ids[i] >= ss_model_table_first(&c, j) &&
+				  ids[i] < ss_model_table_first(&c, j) +
+						   c.table_rows[j],
+			  "example %d, table %d: id %llu", i / SS_SPARSE, j,
+			  (unsigned long long)ids[i]);
+		rows[i] = params + dense + ids[i] * 2;
+	}
+	cr_assert_eq(ss_model_work_create(&w, &c, 8), 0);
+	ss_model_predict(&c, params, w, ex, 8, p);
+	ss_model_predict_rows(&c, params, w, ex, 8, rows, q);
+	cr_assert_arr_eq(p, q, sizeof(p));
+	/* all of one size: the same model as one hash_size */
+	for (int j = 0; j < SS_SPARSE; j++)
+		c.table_rows[j] = c.hash_size;
+	cr_assert(ss_model_uniform(&c));
+	cr_assert_eq(ss_model_table_first(&c, 3), 3 * c.hash_size);
+	ss_model_work_destroy(&w);
+	free(params);
+}
+
 Test(model, gradients_match_finite_differences)
 {
 	struct ss_model_config c;

@@ -56,7 +56,7 @@ enum ss_table_update {
 struct ss_table_options {
 	size_t size; /* sizeof the caller's struct, set by the init */
 	int tables; /* logical tables */
-	uint32_t rows; /* rows in each */
+	uint32_t rows; /* rows in each (unless table_rows says) */
 	int width; /* floats in a row */
 	enum ss_table_update update;
 	float lr, eps;
@@ -92,6 +92,15 @@ struct ss_table_options {
 	 */
 	int (*fill)(struct ss_table *table, void *arg);
 	void *fill_arg;
+	/*
+	 * Optional (NULL: every table @rows rows): the rows of each of the
+	 * @tables tables, copied at the open.  Ids then run on from table
+	 * to table: table t's row r is the sum of the earlier tables' rows
+	 * plus r.  Each table is permuted and spread over the owners on
+	 * its own, its rows starting in +-sqrt(1 / its rows) unless
+	 * init_bound says.
+	 */
+	const uint32_t *table_rows;
 };
 
 /*
@@ -158,8 +167,9 @@ int ss_table_owner(const struct ss_table *table, int t, uint32_t row);
 float *ss_table_row(struct ss_table *table, int t, uint32_t row);
 
 /*
- * ss_table_shard() - this rank's rows, tables x ss_table_rows_per_owner()
- * rows of width floats, each table's in slot order, and Adagrad's
+ * ss_table_shard() - this rank's rows, for each table in turn
+ * ss_table_rows_per_owner() of its rows, of width floats, each table's in
+ * slot order, and Adagrad's
  * accumulators laid out the same (*@acc NULL with SGD); returns their
  * floats.  For checkpoints: the slot of a row depends only on its place
  * in its table's permutation (see table.c), so a shard saved at N ranks
@@ -191,7 +201,7 @@ uint32_t ss_table_rows_per_owner(uint32_t rows, int world);
 
 /*
  * ss_table_lookup() - post the lookup of @n rows (@ids[i] = table * rows +
- * row) into slot @slot (0 <= slot < depth) of client @client.  The slot
+ * row, or with table_rows the earlier tables' rows + row) into slot @slot (0 <= slot < depth) of client @client.  The slot
  * must be free: never posted, or waited for since.  Returns 0, or -EINVAL
  * for a bad client, slot, size or id.
  */

@@ -191,11 +191,31 @@ struct ss_model_config {
 	int n_bottom; /* entries in bottom[] */
 	int top[SS_MAX_LAYERS + 1]; /* sizes after the interaction, 1 last */
 	int n_top;
-	uint32_t hash_size; /* rows per table */
+	uint32_t hash_size; /* rows per table, unless table_rows says */
+	/*
+	 * Table j's rows, when table_rows[j] is not 0: the categoricals'
+	 * cardinalities differ by orders of magnitude (Criteo's: 3 to 10
+	 * million), and a table needs no more rows than its feature has
+	 * values.
+	 */
+	uint32_t table_rows[SS_SPARSE];
 };
 
 /* ss_model_config_init() - 16, 13-512-256-64-16, 512-256-1, 100000 rows. */
 void ss_model_config_init(struct ss_model_config *config);
+
+/* ss_model_table_rows() - the rows of table @j (0 to 25). */
+uint32_t ss_model_table_rows(const struct ss_model_config *config, int j);
+
+/*
+ * ss_model_table_first() - the id of table @j's row 0: the rows of the
+ * tables before it.  Table j's row r is id ss_model_table_first(j) + r,
+ * its floats at that id times emb_dim after the MLPs.
+ */
+uint64_t ss_model_table_first(const struct ss_model_config *config, int j);
+
+/* ss_model_uniform() - whether every table has hash_size rows. */
+bool ss_model_uniform(const struct ss_model_config *config);
 
 /*
  * ss_model_layers_parse() - "13-512-256-64-16" into @sizes.  Returns 0 or
@@ -330,7 +350,7 @@ double ss_model_step(const struct ss_model_config *config, float *params,
  * Tables served elsewhere (sharded over the ranks, table.h): the caller
  * fetches the rows a batch uses and sends their gradients to where they
  * live.  ss_model_batch_rows() gives the batch's n x 26 row ids (table j,
- * row r: j * hash_size + r), in the order ss_model_step_rows() takes
+ * row r: ss_model_table_first(j) + r), in the order ss_model_step_rows() takes
  * @rows, one pointer each.  It steps the MLPs in @params (only
  * ss_model_dense_len() floats are touched) and writes the summed gradient
  * of each distinct row into @grad_ids and @grads (up to n x 26 of them, x

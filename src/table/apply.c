@@ -32,7 +32,7 @@ void ss__table_log_arrived(struct ss_table *tb, const struct ss_completion *c)
 
 bool ss__table_apply_logs(struct ss_table *tb)
 {
-	uint32_t slots = (uint32_t)tb->opts.tables * tb->rows_per_owner;
+	uint32_t slots = tb->slots;
 	bool did = false;
 
 	if (atomic_load_explicit(&tb->paused, memory_order_relaxed))

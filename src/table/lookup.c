@@ -85,9 +85,7 @@ static void ss_plan_lookup(struct ss_table *tb, struct ss__table_lookup *l,
 		uint32_t slot;
 		size_t h;
 
-		ss__table_place(tb, (int)(ids[i] / tb->opts.rows),
-				(uint32_t)(ids[i] % tb->opts.rows), &owner,
-				&slot);
+		ss__table_place_id(tb, ids[i], &owner, &slot);
 		if (owner == tb->rank) {
 			l->where[i] = -1 - (int64_t)slot;
 			continue;
@@ -114,7 +112,7 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 		    const uint64_t *ids, int n)
 {
 	struct ss__table_lookup *l = ss_slot(tb, client, slot);
-	uint64_t all = (uint64_t)tb->opts.tables * tb->opts.rows;
+	uint64_t all = tb->all_rows;
 
 	if (!l || n < 0 || n > tb->opts.max_rows)
 		return ss_error_set(-EINVAL, "bad client, slot or size", NULL,

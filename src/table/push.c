@@ -22,8 +22,7 @@ int ss_table_push(struct ss_table *tb, int client, const uint64_t *ids,
 {
 	struct ss__table_client *cl;
 	size_t width = (size_t)tb->opts.width;
-	uint64_t all = (uint64_t)tb->opts.tables * tb->opts.rows, tail,
-		 deadline = 0, local = 0, dropped = 0;
+	uint64_t all = tb->all_rows, tail, deadline = 0, local = 0, dropped = 0;
 
 	if (client < 0 || client >= tb->opts.clients || n < 0)
 		return ss_error_set(-EINVAL, "bad client or size", NULL,
@@ -37,11 +36,10 @@ int ss_table_push(struct ss_table *tb, int client, const uint64_t *ids,
 	cl = &tb->client[client];
 	tail = atomic_load_explicit(&cl->push_tail, memory_order_relaxed);
 	for (int i = 0; i < n; i++) {
-		int t = (int)(ids[i] / tb->opts.rows), owner;
+		int owner;
 		uint32_t slot;
 
-		ss__table_place(tb, t, (uint32_t)(ids[i] % tb->opts.rows),
-				&owner, &slot);
+		ss__table_place_id(tb, ids[i], &owner, &slot);
 		if (owner == tb->rank) {
 			ss__table_apply(tb, slot, grads + (size_t)i * width);
 			local++;
@@ -250,11 +248,10 @@ bool ss__table_post_pushes(struct ss_table *tb)
 
 		for (; head < tail; head++) {
 			uint64_t id = cl->push_ids[head & (cl->push_cap - 1)];
-			int t = (int)(id / tb->opts.rows), owner;
+			int owner;
 			uint32_t slot;
 
-			ss__table_place(tb, t, (uint32_t)(id % tb->opts.rows),
-					&owner, &slot);
+			ss__table_place_id(tb, id, &owner, &slot);
 			if (!ss_place(tb, owner, slot,
 				      cl->push_grads +
 					      (head & (cl->push_cap - 1)) *

@@ -130,11 +130,31 @@ int ss_table_addrs(const char *const *sync_addrs, int world,
 void ss__table_place(const struct ss_table *tb, int t, uint32_t row, int *owner,
 		     uint32_t *slot)
 {
-	uint64_t p = (tb->mult[t] * row + tb->add[t]) % tb->opts.rows;
+	uint64_t p = (tb->mult[t] * row + tb->add[t]) % tb->t_rows[t];
 
 	*owner = (int)(p % (uint64_t)tb->world);
-	*slot = (uint32_t)t * tb->rows_per_owner +
-		(uint32_t)(p / (uint64_t)tb->world);
+	*slot = tb->t_slot[t] + (uint32_t)(p / (uint64_t)tb->world);
+}
+
+void ss__table_place_id(const struct ss_table *tb, uint64_t id, int *owner,
+			uint32_t *slot)
+{
+	int lo = 0, hi = tb->opts.tables - 1;
+
+	if (!tb->opts.table_rows) {
+		lo = (int)(id / tb->opts.rows);
+	} else {
+		/* the last table whose first id is at most @id */
+		while (lo < hi) {
+			int mid = (lo + hi + 1) / 2;
+
+			if (tb->t_first[mid] <= id)
+				lo = mid;
+			else
+				hi = mid - 1;
+		}
+	}
+	ss__table_place(tb, lo, (uint32_t)(id - tb->t_first[lo]), owner, slot);
 }
 
 int ss_table_owner(const struct ss_table *tb, int t, uint32_t row)
@@ -142,7 +162,7 @@ int ss_table_owner(const struct ss_table *tb, int t, uint32_t row)
 	int owner;
 	uint32_t slot;
 
-	if (t < 0 || t >= tb->opts.tables || row >= tb->opts.rows)
+	if (t < 0 || t >= tb->opts.tables || row >= tb->t_rows[t])
 		return -1;
 	ss__table_place(tb, t, row, &owner, &slot);
 	return owner;
@@ -153,19 +173,38 @@ float *ss_table_row(struct ss_table *tb, int t, uint32_t row)
 	int owner;
 	uint32_t slot;
 
-	if (t < 0 || t >= tb->opts.tables || row >= tb->opts.rows)
+	if (t < 0 || t >= tb->opts.tables || row >= tb->t_rows[t])
 		return NULL;
 	ss__table_place(tb, t, row, &owner, &slot);
 	return owner == tb->rank ? ss__table_slot_row(tb, slot) : NULL;
 }
 
+/* Table @t's rows. */
+static uint32_t ss_table_rows_of(const struct ss_table_options *o, int t)
+{
+	return o->table_rows ? o->table_rows[t] : o->rows;
+}
+
+/* The rows of all the tables. */
+static double ss_table_all_rows(const struct ss_table_options *o)
+{
+	double n = 0;
+
+	for (int t = 0; t < o->tables; t++)
+		n += ss_table_rows_of(o, t);
+	return n;
+}
+
 static int ss_table_check(const struct ss_table_options *o)
 {
 	const char *bad = NULL;
+	bool empty = false;
 
+	for (int t = 0; o->table_rows && t < o->tables; t++)
+		empty |= o->table_rows[t] < 1;
 	if (o->tables < 1)
 		bad = "tables must be at least 1";
-	else if (o->rows < 1)
+	else if ((!o->table_rows && o->rows < 1) || empty)
 		bad = "rows must be at least 1";
 	else if (o->width < 1 || o->width > 4096)
 		bad = "width must be 1 to 4096 floats";
@@ -179,7 +218,7 @@ static int ss_table_check(const struct ss_table_options *o)
 		bad = "log_entries must be 16 to 2^24";
 	else if (o->cache_rows & (o->cache_rows - 1))
 		bad = "cache_rows must be 0 or a power of two";
-	else if ((double)o->tables * o->rows > 4e9)
+	else if (ss_table_all_rows(o) > 4e9)
 		bad = "more than 4e9 rows in all";
 	else if (!(o->lr > 0))
 		bad = "the learning rate must be positive";
@@ -194,10 +233,28 @@ static void ss_table_permutation(int t, uint64_t rows, uint64_t *mult,
 			       add);
 }
 
+/* Each table's rows, first id and first slot; the options point at ours. */
+static void ss_table_index(struct ss_table *tb)
+{
+	uint64_t id = 0;
+	uint32_t slot = 0;
+
+	for (int t = 0; t < tb->opts.tables; t++) {
+		tb->t_rows[t] = ss_table_rows_of(&tb->opts, t);
+		tb->t_first[t] = id;
+		tb->t_slot[t] = slot;
+		id += tb->t_rows[t];
+		slot += ss_table_rows_per_owner(tb->t_rows[t], tb->world);
+	}
+	tb->all_rows = id;
+	if (tb->opts.table_rows)
+		tb->opts.table_rows = tb->t_rows;
+}
+
 static void ss_table_permutations(struct ss_table *tb)
 {
 	for (int t = 0; t < tb->opts.tables; t++)
-		ss_table_permutation(t, tb->opts.rows, &tb->mult[t],
+		ss_table_permutation(t, tb->t_rows[t], &tb->mult[t],
 				     &tb->add[t]);
 }
 
@@ -212,12 +269,12 @@ uint32_t ss_table_place_of(uint32_t rows, int t, uint32_t row)
 /* The owned rows' starting values, the same as on any other placement. */
 static void ss_table_init_shard(struct ss_table *tb)
 {
-	float bound = tb->opts.init_bound > 0 ?
-			      tb->opts.init_bound :
-			      (float)sqrt(1.0 / tb->opts.rows);
+	for (int t = 0; t < tb->opts.tables; t++) {
+		float bound = tb->opts.init_bound > 0 ?
+				      tb->opts.init_bound :
+				      (float)sqrt(1.0 / tb->t_rows[t]);
 
-	for (int t = 0; t < tb->opts.tables; t++)
-		for (uint32_t r = 0; r < tb->opts.rows; r++) {
+		for (uint32_t r = 0; r < tb->t_rows[t]; r++) {
 			int owner;
 			uint32_t slot;
 
@@ -227,6 +284,7 @@ static void ss_table_init_shard(struct ss_table *tb)
 						  tb->opts.width, bound,
 						  ss__table_slot_row(tb, slot));
 		}
+	}
 }
 
 static uint64_t ss_table_layout(const struct ss_table_options *o)
@@ -234,6 +292,8 @@ static uint64_t ss_table_layout(const struct ss_table_options *o)
 	uint64_t h = ss__mix64(0x7ab1e5ull ^ (uint64_t)o->tables);
 
 	h = ss__mix64(h ^ o->rows);
+	for (int t = 0; o->table_rows && t < o->tables; t++)
+		h = ss__mix64(h ^ ((uint64_t)t << 32 | o->table_rows[t]));
 	h = ss__mix64(h ^ (uint64_t)o->width);
 	h = ss__mix64(h ^ o->log_entries);
 	return ss__mix64(h ^ (uint64_t)o->update);
@@ -252,9 +312,11 @@ static void ss_table_sizes(struct ss_table *tb)
 {
 	const struct ss_table_options *o = &tb->opts;
 
-	tb->rows_per_owner = ss_table_rows_per_owner(o->rows, tb->world);
-	tb->shard_floats =
-		(size_t)o->tables * tb->rows_per_owner * (size_t)o->width;
+	tb->slots = 0;
+	for (int t = 0; t < o->tables; t++)
+		tb->slots += ss_table_rows_per_owner(ss_table_rows_of(o, t),
+						     tb->world);
+	tb->shard_floats = (size_t)tb->slots * (size_t)o->width;
 	tb->entry_bytes = ss_table_entry_bytes(o);
 }
 
@@ -468,6 +530,9 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	ss_table_sizes(tb);
 	tb->mult = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->add = calloc((size_t)opts->tables, sizeof(uint64_t));
+	tb->t_rows = calloc((size_t)opts->tables, sizeof(uint32_t));
+	tb->t_slot = calloc((size_t)opts->tables, sizeof(uint32_t));
+	tb->t_first = calloc((size_t)opts->tables, sizeof(uint64_t));
 	tb->consumed = calloc((size_t)fo.world, sizeof(uint64_t));
 	tb->queued = calloc((size_t)fo.world, sizeof(uint64_t));
 	tb->out = calloc((size_t)fo.world, sizeof(*tb->out));
@@ -477,12 +542,14 @@ int ss_table_open(struct ss_table **table, const struct ss_table_options *given,
 	tb->hello_due = calloc((size_t)fo.world, sizeof(*tb->hello_due));
 	tb->hello_seen = calloc((size_t)fo.world, sizeof(*tb->hello_seen));
 	tb->peer_live = calloc((size_t)fo.world, sizeof(*tb->peer_live));
-	if (!tb->mult || !tb->add || !tb->consumed || !tb->queued || !tb->out ||
+	if (!tb->mult || !tb->add || !tb->t_rows || !tb->t_slot ||
+	    !tb->t_first || !tb->consumed || !tb->queued || !tb->out ||
 	    !tb->barrier_seen || !tb->flight || !tb->answered_ns ||
 	    !tb->hello_due || !tb->hello_seen || !tb->peer_live) {
 		rc = -ENOMEM;
 		goto fail;
 	}
+	ss_table_index(tb);
 	ss_table_permutations(tb);
 	/* peers with other tables (or another optimizer) are refused */
 	fo.layout_hash = ss_table_layout(opts);
@@ -584,6 +651,9 @@ void ss_table_close(struct ss_table **table)
 	free(tb->client);
 	free(tb->mult);
 	free(tb->add);
+	free(tb->t_rows);
+	free(tb->t_slot);
+	free(tb->t_first);
 	free(tb->consumed);
 	free(tb->queued);
 	free(tb->out);

@@ -114,10 +114,17 @@ struct ss_table {
 	struct ss_fabric *fabric;
 	struct ss_region *r_rows, *r_log, *r_head, *r_local;
 
-	/* the shard: per table, rows_per_owner rows of width floats */
-	uint32_t rows_per_owner;
+	/*
+	 * Per table: its rows, the id of its first, its first slot in the
+	 * shard (ss_table_rows_per_owner() of its rows a table, in turn).
+	 * opts.table_rows points at t_rows.
+	 */
+	uint32_t *t_rows, *t_slot;
+	uint64_t *t_first;
+	uint64_t all_rows; /* ids run from 0 to all_rows - 1 */
+	uint32_t slots; /* rows in the shard */
 	uint64_t *mult, *add; /* per table: the row permutation */
-	float *rows; /* tables x rows_per_owner x width */
+	float *rows; /* slots x width */
 	float *acc; /* the same, Adagrad's accumulators; NULL for SGD */
 	size_t shard_floats;
 
@@ -203,6 +210,10 @@ static inline void ss__table_count(_Atomic uint64_t *c, uint64_t n)
 /* Where row (@t, @row) lives: its owner, and its index in that shard. */
 void ss__table_place(const struct ss_table *tb, int t, uint32_t row, int *owner,
 		     uint32_t *slot);
+
+/* The same for the row of global id @id (below all_rows). */
+void ss__table_place_id(const struct ss_table *tb, uint64_t id, int *owner,
+			uint32_t *slot);
 
 /* The row at index @slot of our shard, and its accumulators. */
 static inline float *ss__table_slot_row(const struct ss_table *tb,

@@ -9,8 +9,8 @@
  * the parameters, laid out like them.
  *
  * Layout of the flat parameter array: for each bottom layer then each top
- * layer, W (out x in) then b (out); then the 26 tables, hash_size x emb_dim
- * each.
+ * layer, W (out x in) then b (out); then the 26 tables, one after the
+ * other, ss_model_table_rows() x emb_dim each.
  */
 /*
  * vect-cost-model=dynamic: the loops over a batch and over emb_dim have
@@ -51,6 +51,28 @@ void ss_model_config_init(struct ss_model_config *c)
 	c->n_top = 3;
 	memcpy(c->top, top, sizeof(top));
 	c->hash_size = 100000;
+}
+
+uint32_t ss_model_table_rows(const struct ss_model_config *c, int j)
+{
+	return c->table_rows[j] ? c->table_rows[j] : c->hash_size;
+}
+
+uint64_t ss_model_table_first(const struct ss_model_config *c, int j)
+{
+	uint64_t first = 0;
+
+	for (int k = 0; k < j; k++)
+		first += ss_model_table_rows(c, k);
+	return first;
+}
+
+bool ss_model_uniform(const struct ss_model_config *c)
+{
+	for (int j = 0; j < SS_SPARSE; j++)
+		if (c->table_rows[j] && c->table_rows[j] != c->hash_size)
+			return false;
+	return true;
 }
 
 int ss_model_layers_parse(const char *option, const char *text, int *sizes,
@@ -112,6 +134,11 @@ int ss_model_check(const struct ss_model_config *c)
 	if (c->hash_size == 0)
 		return ss_error_set(SS_EUSAGE, "no rows", NULL,
 				    "--hash-size 0");
+	if (ss_model_table_first(c, SS_SPARSE - 1) +
+		    ss_model_table_rows(c, SS_SPARSE - 1) >
+	    UINT32_MAX)
+		return ss_error_set(SS_EUSAGE, "more than 2^32 rows in all",
+				    "cap the largest tables", "--hash-size");
 	return 0;
 }
 
@@ -154,7 +181,9 @@ size_t ss_model_dense_len(const struct ss_model_config *c)
 size_t ss_model_len(const struct ss_model_config *c)
 {
 	return ss_model_dense_len(c) +
-	       (size_t)SS_SPARSE * c->hash_size * (size_t)c->emb_dim;
+	       (size_t)(ss_model_table_first(c, SS_SPARSE - 1) +
+			ss_model_table_rows(c, SS_SPARSE - 1)) *
+		       (size_t)c->emb_dim;
 }
 
 /* Layer @l as a dense layer over @params. */
@@ -176,11 +205,12 @@ static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
 	return d;
 }
 
-/* Row @row of table @j; @tables is where the tables start in the replica. */
-static float *ss_emb_row(const struct ss_model_config *c, float *tables, int j,
-			 uint32_t row)
+/* Row @row of the table whose first id is @first; @tables is where the
+ * tables start in the replica. */
+static float *ss_emb_row(const struct ss_model_config *c, float *tables,
+			 uint64_t first, uint32_t row)
 {
-	return tables + ((size_t)j * c->hash_size + row) * (size_t)c->emb_dim;
+	return tables + ((size_t)first + row) * (size_t)c->emb_dim;
 }
 
 void ss_model_init_dense(const struct ss_model_config *c, float *params,
@@ -204,14 +234,19 @@ void ss_model_init(const struct ss_model_config *c, float *params,
 		   uint64_t seed)
 {
 	size_t dense = ss_model_dense_len(c);
-	float bound = (float)sqrt(1.0 / c->hash_size);
 
 	ss_model_init_dense(c, params, seed);
 	/* row by row, as the sharded tables start theirs (table.h) */
-	for (int j = 0; j < SS_SPARSE; j++)
-		for (uint32_t r = 0; r < c->hash_size; r++)
-			ss_table_init_row(seed, j, r, c->emb_dim, bound,
-					  ss_emb_row(c, params + dense, j, r));
+	for (int j = 0; j < SS_SPARSE; j++) {
+		uint32_t rows = ss_model_table_rows(c, j);
+		uint64_t first = ss_model_table_first(c, j);
+		float bound = (float)sqrt(1.0 / rows);
+
+		for (uint32_t r = 0; r < rows; r++)
+			ss_table_init_row(
+				seed, j, r, c->emb_dim, bound,
+				ss_emb_row(c, params + dense, first, r));
+	}
 }
 
 /*
@@ -227,6 +262,7 @@ struct ss_model_work {
 	float *dz; /* batch x emb_dim */
 	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
 	uint32_t *rows; /* batch x 26 */
+	uint64_t first[SS_SPARSE]; /* each table's first id */
 	/* grouping one table's uses by row: an open-addressing table of
 	 * example indices (-1: empty), and the first use of each row */
 	int32_t *slots, *firsts;
@@ -247,6 +283,8 @@ int ss_model_work_create(struct ss_model_work **out,
 	if (!w)
 		return ss_error_set(-ENOMEM, NULL, NULL, "model scratch");
 	w->batch = batch;
+	for (int j = 0; j < SS_SPARSE; j++)
+		w->first[j] = ss_model_table_first(c, j);
 	w->in = calloc((size_t)layers + 1, sizeof(float *)); /* NULL-ended */
 	ok = w->in != NULL;
 	for (int l = 0; ok && l < layers; l++) {
@@ -324,7 +362,8 @@ void ss_model_work_destroy(struct ss_model_work **work)
 /* Table row of categorical feature @j's value @v. */
 static uint32_t ss_row(const struct ss_model_config *c, int j, uint32_t v)
 {
-	return (uint32_t)(ss__mix64(((uint64_t)j << 32) | v) % c->hash_size);
+	return (uint32_t)(ss__mix64(((uint64_t)j << 32) | v) %
+			  ss_model_table_rows(c, j));
 }
 
 /* Where layer @l writes its output. */
@@ -545,8 +584,8 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 
 			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
 			if (!w->ext)
-				__builtin_prefetch(
-					ss_emb_row(c, tables, j, row));
+				__builtin_prefetch(ss_emb_row(
+					c, tables, w->first[j], row));
 		}
 	/* Interaction: z, then the dot product of every pair of vectors. */
 	for (int r = 0; r < n; r++) {
@@ -560,7 +599,8 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 
 			ss_row_read(w->emb + at * (size_t)D,
 				    w->ext ? w->ext[at] :
-					     ss_emb_row(c, tables, j, row),
+					     ss_emb_row(c, tables, w->first[j],
+							row),
 				    D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
@@ -664,7 +704,7 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 			uint32_t row =
 				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
 
-			ss_update(ss_emb_row(c, tables, j, row), NULL,
+			ss_update(ss_emb_row(c, tables, w->first[j], row), NULL,
 				  w->demb +
 					  ((size_t)r * SS_SPARSE + (size_t)j) *
 						  D,
@@ -675,7 +715,7 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 	uses = ss_group_rows(w, j, n, D);
 	for (int u = 0; u < uses; u++) {
 		size_t at = (size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
-		float *p = ss_emb_row(c, tables, j, w->rows[at]);
+		float *p = ss_emb_row(c, tables, w->first[j], w->rows[at]);
 
 		ss_update(p, ss_acc(o, params, p), w->demb + at * D, D, o);
 	}
@@ -696,7 +736,7 @@ static int ss_table_grads(const struct ss_model_config *c,
 			size_t at =
 				(size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
 
-			ids[out] = (uint64_t)j * c->hash_size + w->rows[at];
+			ids[out] = w->first[j] + w->rows[at];
 			memcpy(grads + (size_t)out * D, w->demb + at * D,
 			       D * sizeof(float));
 			out++;
@@ -708,11 +748,14 @@ static int ss_table_grads(const struct ss_model_config *c,
 void ss_model_batch_rows(const struct ss_model_config *c,
 			 const struct ss_example *ex, int n, uint64_t *ids)
 {
+	uint64_t first[SS_SPARSE];
+
+	for (int j = 0; j < SS_SPARSE; j++)
+		first[j] = ss_model_table_first(c, j);
 	for (int r = 0; r < n; r++)
 		for (int j = 0; j < SS_SPARSE; j++)
 			ids[(size_t)r * SS_SPARSE + (size_t)j] =
-				(uint64_t)j * c->hash_size +
-				ss_row(c, j, ex[r].sparse[j]);
+				first[j] + ss_row(c, j, ex[r].sparse[j]);
 }
 
 double ss_model_sgd_step(const struct ss_model_config *c, float *params,

@@ -14,6 +14,8 @@ from conftest import PYTHON, ROOT, TRANSPORT, port_block
 SHADOWSYNC = os.path.join(ROOT, "build", "bin", "shadowsync")
 SMALL = ["--emb-dim", "4", "--bottom", "13-16-4", "--top", "16-1",
          "--hash-size", "2000", "--progress", "0"]
+# rows a table, each its own (as Criteo's cardinalities differ)
+SIZES = ",".join(str(3 + j * 97 % 2000) for j in range(26))
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +90,9 @@ def test_dcn_with_multi_hot_bags_learns(tmp_path):
 
 def test_an_exported_sharded_model_predicts_in_pytorch_as_predict_does(
         data, tmp_path):
-    """train (two ranks, sharded tables) -> predict -> export -> the
-    docs' loader: PyTorch gives the probabilities predict wrote, to float
-    precision; a changed weight is caught."""
+    """train (two ranks, sharded tables, each of its own size) -> predict
+    -> export -> the docs' loader: PyTorch gives the probabilities predict
+    wrote, to float precision; a changed weight is caught."""
     host = ["--host", os.environ["SS_RXE_ADDR"]] \
         if TRANSPORT == "verbs" else []
     shards = str(tmp_path / "s.{rank}")
@@ -98,7 +100,7 @@ def test_an_exported_sharded_model_predicts_in_pytorch_as_predict_does(
     for args in (["launch", "-n", "2", "--transport", TRANSPORT, "--port",
                   str(port_block()), *host, "--", "train", "--data",
                   str(data / "train.txt"), "--threads", "1", "--save",
-                  shards, *SMALL],
+                  shards, *SMALL, "--hash-size", SIZES],
                  ["predict", "--load", shards, "--data",
                   str(data / "test.txt"), "--out", str(probs)],
                  ["export", "--load", shards, "--out", str(model)]):

@@ -131,11 +131,13 @@ static int ss_export_tensors(const struct ss_model_config *m,
 		p += out;
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
+		uint32_t rows = ss_model_table_rows(m, j);
+
 		t[n] = (struct ss_tensor){ .data = p,
-					   .rows = m->hash_size,
+					   .rows = rows,
 					   .cols = (size_t)m->emb_dim };
 		snprintf(t[n++].name, sizeof(t->name), "embedding.%d", j);
-		p += (size_t)m->hash_size * (size_t)m->emb_dim;
+		p += (size_t)rows * (size_t)m->emb_dim;
 	}
 	return n;
 }
@@ -180,7 +182,8 @@ static int ss_export_json(int dir, const struct ss_model_config *m,
 	ss_json_ints(f, m->top, m->n_top);
 	fprintf(f, ",\n  \"rows\": [");
 	for (int j = 0; j < SS_SPARSE; j++)
-		fprintf(f, "%s%" PRIu32, j ? ", " : "", m->hash_size);
+		fprintf(f, "%s%" PRIu32, j ? ", " : "",
+			ss_model_table_rows(m, j));
 	fprintf(f,
 		"],\n"
 		"  \"dense_input\": \"log(1 + x) of each integer field, 0 when "

@@ -52,16 +52,12 @@ static void ss_shard_fill(const struct ss_shard_set *old,
 	memcpy(to->w[j], old->w[0], old->dense * sizeof(float));
 	memcpy(to->acc[j], old->acc[0], old->dense * sizeof(float));
 	for (int t = 0; t < SS_SPARSE; t++)
-		for (uint32_t p = (uint32_t)j; p < m->hash_size;
+		for (uint32_t p = (uint32_t)j; p < ss_model_table_rows(m, t);
 		     p += (uint32_t)to->world) {
-			int k = (int)(p % (uint32_t)old->world);
-			size_t src = old->dense + ((size_t)t * old->per +
-						   p / (uint32_t)old->world) *
-							  W,
-			       dst = to->dense + ((size_t)t * to->per +
-						  p / (uint32_t)to->world) *
-							 W;
+			size_t src, dst;
+			int k = ss_shard_at(old, t, p, &src);
 
+			ss_shard_at(to, t, p, &dst);
 			memcpy(to->w[j] + dst, old->w[k] + src,
 			       W * sizeof(float));
 			memcpy(to->acc[j] + dst, old->acc[k] + src,

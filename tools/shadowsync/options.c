@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* What the subcommands' option parsers share. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "command.h"
@@ -47,6 +51,94 @@ int ss_cmd_no_more_args(int argc, char **argv)
 	return 0;
 }
 
+/*
+ * The numbers of @text (separated by commas or blanks; from # to the line's
+ * end a comment) into @rows after the *@n read so far; @where names the
+ * option, or the file and line.
+ */
+static int ss_hash_sizes_scan(const char *where, const char *text,
+			      uint32_t *rows, int *n)
+{
+	static const char hint[] =
+		"give one number of rows for every table, or 26 of them, "
+		"one a table: --hash-size 100000, --hash-size 3,500,... or "
+		"--hash-size @FILE";
+	const char *p = text;
+
+	while (*p && *p != '#') {
+		char *end;
+		long v;
+
+		if (*p == ',' || isspace((unsigned char)*p)) {
+			p++;
+			continue;
+		}
+		errno = 0;
+		v = strtol(p, &end, 10);
+		if (end == p || errno || v < 1 || v > 1L << 30 ||
+		    (*end && *end != ',' && *end != '#' &&
+		     !isspace((unsigned char)*end)))
+			return ss_error_set(SS_EUSAGE,
+					    "not a number of rows from 1 to "
+					    "2^30",
+					    hint, "%s: '%.*s'", where,
+					    (int)strcspn(p, ", \t\n#"), p);
+		if (*n == SS_SPARSE)
+			return ss_error_set(SS_EUSAGE, "more than 26 numbers",
+					    hint, "%s", where);
+		rows[(*n)++] = (uint32_t)v;
+		p = end;
+	}
+	return 0;
+}
+
+/*
+ * --hash-size: one number for every table, 26 separated by commas, or
+ * @FILE holding 26.  Tables all of one size are kept as one hash_size,
+ * so that such a model is the same whichever way it was written.
+ */
+static int ss_hash_size_parse(const char *option, const char *text,
+			      struct ss_model_config *m)
+{
+	uint32_t rows[SS_SPARSE];
+	char where[4200], line[4096];
+	int n = 0, rc = 0;
+	bool same = true;
+
+	if (text[0] != '@') {
+		rc = ss_hash_sizes_scan(option, text, rows, &n);
+	} else {
+		FILE *f = fopen(text + 1, "r");
+
+		if (!f)
+			return ss_error_set(-errno, NULL,
+					    "a file of 26 numbers of rows, "
+					    "one a table",
+					    "%s: file '%s'", option, text + 1);
+		for (int no = 1; rc == 0 && fgets(line, sizeof(line), f);
+		     no++) {
+			snprintf(where, sizeof(where), "%s: %s:%d", option,
+				 text + 1, no);
+			rc = ss_hash_sizes_scan(where, line, rows, &n);
+		}
+		fclose(f);
+	}
+	if (rc == 0 && n != 1 && n != SS_SPARSE)
+		rc = ss_error_set(SS_EUSAGE, "want 1 or 26 numbers",
+				  "one number for every table, or one a "
+				  "table",
+				  "%s '%s' (%d numbers)", option, text, n);
+	if (rc < 0)
+		return rc;
+	for (int j = 1; j < n; j++)
+		same &= rows[j] == rows[0];
+	memset(m->table_rows, 0, sizeof(m->table_rows));
+	m->hash_size = rows[0];
+	for (int j = 0; !same && j < SS_SPARSE; j++)
+		m->table_rows[j] = rows[j];
+	return 0;
+}
+
 int ss_cmd_model_option(const char *option, const char *arg,
 			struct ss_model_config *m)
 {
@@ -57,8 +149,7 @@ int ss_cmd_model_option(const char *option, const char *arg,
 		rc = ss_parse_long(option, arg, 1, 1024, &v);
 		m->emb_dim = (int)v;
 	} else if (!strcmp(option, "--hash-size")) {
-		rc = ss_parse_long(option, arg, 1, 1L << 30, &v);
-		m->hash_size = (uint32_t)v;
+		rc = ss_hash_size_parse(option, arg, m);
 	} else if (!strcmp(option, "--bottom")) {
 		rc = ss_model_layers_parse(option, arg, m->bottom,
 					   &m->n_bottom);

@@ -24,10 +24,17 @@ void ss_rank_path(const char *pattern, int rank, char *buf, size_t size)
 int ss_shards_alloc(struct ss_shard_set *s, const struct ss_model_config *m,
 		    int world)
 {
+	uint32_t slots = 0;
+
 	s->world = world;
-	s->per = ss_table_rows_per_owner(m->hash_size, world);
+	for (int t = 0; t < SS_SPARSE; t++) {
+		s->slot[t] = slots;
+		slots += ss_table_rows_per_owner(ss_model_table_rows(m, t),
+						 world);
+	}
 	s->dense = ss_model_dense_len(m);
-	s->rows = (size_t)SS_SPARSE * s->per * (size_t)m->emb_dim;
+	s->width = (size_t)m->emb_dim;
+	s->rows = (size_t)slots * s->width;
 	s->w = calloc((size_t)world, sizeof(float *));
 	s->acc = calloc((size_t)world, sizeof(float *));
 	if (!s->w || !s->acc)
@@ -43,6 +50,13 @@ void ss_shards_free(struct ss_shard_set *s)
 	}
 	free(s->w);
 	free(s->acc);
+}
+
+int ss_shard_at(const struct ss_shard_set *s, int t, uint32_t p, size_t *at)
+{
+	*at = s->dense +
+	      (size_t)(s->slot[t] + p / (uint32_t)s->world) * s->width;
+	return (int)(p % (uint32_t)s->world);
 }
 
 /* Shard @k's memory (the accumulators too); zeroed. */
@@ -107,21 +121,22 @@ int ss_shards_read(struct ss_shard_set *s, const char *from,
 void ss_shards_gather(const struct ss_shard_set *s,
 		      const struct ss_model_config *m, float *params)
 {
-	size_t W = (size_t)m->emb_dim;
+	size_t W = s->width;
 
 	memcpy(params, s->w[0], s->dense * sizeof(float));
-	for (int t = 0; t < SS_SPARSE; t++)
-		for (uint32_t r = 0; r < m->hash_size; r++) {
-			uint32_t p = ss_table_place_of(m->hash_size, t, r);
-			int k = (int)(p % (uint32_t)s->world);
-			size_t src = s->dense + ((size_t)t * s->per +
-						 p / (uint32_t)s->world) *
-							W;
+	for (int t = 0; t < SS_SPARSE; t++) {
+		uint32_t rows = ss_model_table_rows(m, t);
+		uint64_t first = ss_model_table_first(m, t);
 
-			memcpy(params + s->dense +
-				       ((size_t)t * m->hash_size + r) * W,
+		for (uint32_t r = 0; r < rows; r++) {
+			size_t src;
+			int k = ss_shard_at(s, t, ss_table_place_of(rows, t, r),
+					    &src);
+
+			memcpy(params + s->dense + (first + r) * W,
 			       s->w[k] + src, W * sizeof(float));
 		}
+	}
 }
 
 /* The shards of @pattern ({rank}) gathered into *@params, a whole model. */

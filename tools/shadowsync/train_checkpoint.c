@@ -17,10 +17,13 @@
 uint64_t ss_layout_hash(const struct ss_model_config *m)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
-	int v[4 + 2 * (SS_MAX_LAYERS + 1)], n = 0;
+	int v[4 + 2 * (SS_MAX_LAYERS + 1) + SS_SPARSE], n = 0;
 
 	v[n++] = m->emb_dim;
 	v[n++] = (int)m->hash_size;
+	/* tables of several sizes: each one's (uniform ones hash as ever) */
+	for (int j = 0; !ss_model_uniform(m) && j < SS_SPARSE; j++)
+		v[n++] = (int)ss_model_table_rows(m, j);
 	for (int i = 0; i < m->n_bottom; i++)
 		v[n++] = m->bottom[i];
 	v[n++] = -1;

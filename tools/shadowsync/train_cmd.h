@@ -419,8 +419,9 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
  */
 struct ss_shard_set {
 	int world;
-	uint32_t per; /* rows per owner of each table */
+	uint32_t slot[SS_SPARSE]; /* each table's first slot in a shard */
 	size_t dense, rows; /* floats of the MLPs, of a shard's rows */
+	size_t width; /* floats of a row */
 	float **w, **acc; /* per shard: MLPs then rows; the same, state */
 	uint64_t examples;
 	bool has_acc;
@@ -433,6 +434,13 @@ void ss_rank_path(const char *pattern, int rank, char *buf, size_t size);
 int ss_shards_alloc(struct ss_shard_set *s, const struct ss_model_config *m,
 		    int world);
 void ss_shards_free(struct ss_shard_set *s);
+
+/*
+ * ss_shard_at() - where the row at place @p of table @t's permutation
+ * (ss_table_place_of()) is: its shard (the return) and the float it
+ * starts at there, *@at.
+ */
+int ss_shard_at(const struct ss_shard_set *s, int t, uint32_t p, size_t *at);
 
 /* ss_shard_alloc() - shard @k's memory (the state's too), zeroed. */
 int ss_shard_alloc(struct ss_shard_set *s, int k);

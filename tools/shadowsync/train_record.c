@@ -7,7 +7,7 @@
  * The record (little-endian; docs/architecture.md, "Resuming"):
  *
  *    0  magic "SSTRAIN\0"        8 bytes
- *    8  version (1)              u32
+ *    8  version (1 or 2)         u32  2: tables of several sizes
  *   12  split                    u32  0 chunks claimed, 1 a fixed share
  *   16  data size                u64  --data's bytes when it was saved
  *   24  epochs                   u32
@@ -28,6 +28,9 @@
  *                                     from (--shuffle), 0: none
  *  160  ranges: begin, end, passes, u64 each
  *
+ * Version 2, written when the tables differ in size, has each table's
+ * rows (26 x u32) at 160 and the ranges after them, at 264.
+ *
  * With a fixed share, the ranges are all a rank has left; with chunks,
  * the chunks it had open, and the counter hands out the rest from
  * @claimed (rank 0's, where every rank had stopped claiming when it was
@@ -43,6 +46,7 @@
 
 #define SS_RECORD_MAGIC "SSTRAIN\0"
 #define SS_RESUME_HEAD 160
+#define SS_RESUME_HEAD_2 (SS_RESUME_HEAD + 4 * SS_SPARSE)
 #define SS_RECORD_LAYERS (SS_MAX_LAYERS + 1)
 #define SS_RESUME_RANGE 24
 
@@ -79,7 +83,9 @@ static uint64_t ss_chunks_claimed(struct ss_chunks *k)
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf)
 {
-	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD) / SS_RESUME_RANGE, n;
+	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD_2) / SS_RESUME_RANGE,
+	    version = ss_model_uniform(&c->model) ? 1 : 2, n;
+	size_t head = version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
 	struct ss_train_range *left;
 	uint64_t claimed = 0;
 
@@ -93,7 +99,7 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 	if (c->chunks)
 		claimed = ss_chunks_claimed(c->chunks);
 	memcpy(buf, SS_RECORD_MAGIC, 8);
-	ss_put(buf + 8, 1, 4);
+	ss_put(buf + 8, (uint64_t)version, 4);
 	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
 	ss_put(buf + 16, data_size, 8);
 	ss_put(buf + 24, (uint64_t)c->train.epochs, 4);
@@ -117,15 +123,18 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 	}
 	ss_put(buf + 148, 0, 4);
 	ss_put(buf + 152, c->chunks ? c->chunks->shuffle : 0, 8);
+	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
+		ss_put(buf + SS_RESUME_HEAD + 4 * j,
+		       ss_model_table_rows(&c->model, j), 4);
 	for (int i = 0; i < n; i++) {
-		unsigned char *r = buf + SS_RESUME_HEAD + i * SS_RESUME_RANGE;
+		unsigned char *r = buf + head + (size_t)i * SS_RESUME_RANGE;
 
 		ss_put(r, left[i].begin, 8);
 		ss_put(r + 8, left[i].end, 8);
 		ss_put(r + 16, left[i].passes, 8);
 	}
 	free(left);
-	return SS_RESUME_HEAD + (size_t)n * SS_RESUME_RANGE;
+	return head + (size_t)n * SS_RESUME_RANGE;
 }
 
 /* @rec (@len bytes) read into @r, or why not, naming @path. */
@@ -139,8 +148,11 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 			"older version, or written by a program of its own)",
 			"start from its model with --load instead",
 			"--resume: checkpoint '%s'", path);
-	if (len < SS_RESUME_HEAD || memcmp(rec, SS_RECORD_MAGIC, 8) ||
-	    ss_get(rec + 8, 4) != 1)
+	uint64_t version = len < SS_RESUME_HEAD ? 0 : ss_get(rec + 8, 4);
+	size_t head = version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+
+	if (len < head || memcmp(rec, SS_RECORD_MAGIC, 8) ||
+	    (version != 1 && version != 2))
 		return ss_error_set(SS_EPARSE,
 				    "its record (the model, the place in the "
 				    "data) is in a form this version does not "
@@ -166,10 +178,13 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 		r->model.top[i] = (int)ss_get(rec + 112 + 4 * i, 4);
 	}
 	r->shuffle = ss_get(rec + 152, 8);
-	r->ranges = rec + SS_RESUME_HEAD;
+	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
+		r->model.table_rows[j] =
+			(uint32_t)ss_get(rec + SS_RESUME_HEAD + 4 * j, 4);
+	r->ranges = rec + head;
 	if (r->split > 1 || r->n < 0 || r->tables < 0 ||
 	    r->tables > SS_TABLES_LOCAL ||
-	    len != SS_RESUME_HEAD + (size_t)r->n * SS_RESUME_RANGE ||
+	    len != head + (size_t)r->n * SS_RESUME_RANGE ||
 	    r->model.n_bottom > SS_RECORD_LAYERS ||
 	    r->model.n_top > SS_RECORD_LAYERS || ss_model_check(&r->model) < 0)
 		return ss_error_set(SS_EPARSE,

@@ -19,6 +19,10 @@ void ss_train_table_options(const struct ss_model_config *m,
 	ss_table_options_init(o);
 	o->tables = SS_SPARSE;
 	o->rows = m->hash_size;
+	/* m outlives the table (the option is read at the open); tables of
+	 * several sizes have all 26 set, as --hash-size and the record set
+	 * them */
+	o->table_rows = ss_model_uniform(m) ? NULL : m->table_rows;
 	o->width = m->emb_dim;
 	o->update = t->optimizer == SS_OPT_ADAGRAD ? SS_TABLE_ADAGRAD :
 						     SS_TABLE_SGD;

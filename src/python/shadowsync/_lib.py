@@ -125,7 +125,7 @@ class TableOptions(ctypes.Structure):
                 ("log_entries", c_uint32), ("cache_rows", c_uint32),
                 ("timeout_ms", c_uint), ("topo", c_void_p), ("numa", c_int),
                 ("proxy_slot", c_void_p), ("fill", c_void_p),
-                ("fill_arg", c_void_p)]
+                ("fill_arg", c_void_p), ("table_rows", c_void_p)]
 
 
 class TableStats(ctypes.Structure):
@@ -156,7 +156,8 @@ class Example(ctypes.Structure):
 class ModelConfig(ctypes.Structure):
     _fields_ = [("emb_dim", c_int), ("bottom", c_int * (MAX_LAYERS + 1)),
                 ("n_bottom", c_int), ("top", c_int * (MAX_LAYERS + 1)),
-                ("n_top", c_int), ("hash_size", c_uint32)]
+                ("n_top", c_int), ("hash_size", c_uint32),
+                ("table_rows", c_uint32 * SPARSE)]
 
 
 class Chunks(ctypes.Structure):

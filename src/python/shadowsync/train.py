@@ -28,19 +28,24 @@ class Examples:
         return len(self.labels)
 
     def rows(self, hash_size):
-        """Each categorical value's row in its feature's table of
-        @hash_size rows, as the C model hashes it: (n, 26) int64."""
+        """Each categorical value's row in its feature's table, as the C
+        model hashes it: (n, 26) int64.  @hash_size: the rows of every
+        table, or 26 numbers, one a table."""
         cfg = _lib.ModelConfig()
         _lib.model_config_init(ctypes.byref(cfg))
-        cfg.hash_size = hash_size
+        sizes = np.broadcast_to(np.asarray(hash_size, dtype=np.uint64),
+                                (SPARSE,))
+        cfg.hash_size = int(sizes[0])
+        cfg.table_rows[:] = [int(r) for r in sizes]
+        first = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(
+            np.uint64)
         n = len(self)
         ex = self._structs()
         ids = np.empty((n, SPARSE), dtype=np.uint64)
         _lib.model_batch_rows(ctypes.byref(cfg), ex, n,
                               ids.ctypes.data_as(
                                   ctypes.POINTER(ctypes.c_uint64)))
-        return (ids - np.arange(SPARSE, dtype=np.uint64) * hash_size).astype(
-            np.int64)
+        return (ids - first).astype(np.int64)
 
     def _structs(self):
         n = len(self)

@@ -78,22 +78,26 @@ class DLRM(nn.Module):
 
 
 class LocalBags(nn.Module):
-    """The 26 tables in this process, one nn.EmbeddingBag with sparse
-    gradients (what DistributedDataParallel's users run), rows
+    """The 26 tables in this process, one after the other in one
+    nn.EmbeddingBag with sparse gradients (what DistributedDataParallel's
+    users run), @rows each (or 26 numbers, one a table), their rows
     uniform in +-sqrt(1 / rows) as the sharded ones start."""
 
     def __init__(self, rows, dim):
         super().__init__()
-        self.rows = rows
-        self.bag = nn.EmbeddingBag(SPARSE * rows, dim, mode="sum",
+        sizes = torch.as_tensor(rows, dtype=torch.int64).expand(SPARSE)
+        self.register_buffer("first", torch.cumsum(sizes, 0) - sizes,
+                             persistent=False)
+        self.bag = nn.EmbeddingBag(int(sizes.sum()), dim, mode="sum",
                                    sparse=True)
         with torch.no_grad():
-            self.bag.weight.uniform_(-math.sqrt(1.0 / rows),
-                                     math.sqrt(1.0 / rows))
+            for j, n in enumerate(sizes.tolist()):
+                self.bag.weight[self.first[j]:self.first[j] + n].uniform_(
+                    -math.sqrt(1.0 / n), math.sqrt(1.0 / n))
 
     def forward(self, values, offsets):
         b = (len(offsets)) // SPARSE
-        shift = torch.arange(SPARSE).repeat_interleave(b) * self.rows
+        shift = self.first.repeat_interleave(b)
         lengths = torch.diff(offsets, append=torch.tensor([len(values)]))
         out = self.bag(values + shift.repeat_interleave(lengths), offsets)
         return out.view(SPARSE, b, -1).transpose(0, 1)

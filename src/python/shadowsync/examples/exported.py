@@ -32,11 +32,8 @@ def load(folder):
                          "version 1")
     weights = {t["name"]: torch.from_numpy(np.load(os.path.join(
         folder, t["file"]))) for t in config["tensors"]}
-    dim, rows = config["emb_dim"], config["rows"]
-    if len(set(rows)) != 1:
-        raise ValueError(f"{folder}: tables of several sizes; LocalBags "
-                         "takes one")
-    model = DLRM(LocalBags(rows[0], dim), dim, config["bottom"],
+    dim = config["emb_dim"]
+    model = DLRM(LocalBags(config["rows"], dim), dim, config["bottom"],
                  config["top"])
     # the tables one after the other, as LocalBags keeps them; layer k of
     # an MLP at index 2k of its nn.Sequential (a ReLU between layers)
@@ -67,7 +64,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     model, config = load(a.folder)
     ex = train.read(a.data)
-    probs = predict(model, ex, ex.rows(config["rows"][0]))
+    probs = predict(model, ex, ex.rows(config["rows"]))
     m = train.metrics(probs, ex.labels)
     print(f"{m['count']} examples: NE {m['ne']:.4f}, AUC {m['auc']:.4f}, "
           f"log loss {m['log_loss']:.4f}, calibration "
