@@ -354,7 +354,8 @@ Test(cmd_train, the_rate_follows_its_schedule)
 
 /*
  * --eval-every: the held-out figures while training, in the log and in
- * --log-csv's rows; it needs --test, and whole tables.
+ * --log-csv's rows, and at each epoch's end but the last (whose are the
+ * run's); 'epoch' there alone; it needs --test, and whole tables.
  */
 Test(cmd_train, eval_every_evaluates_while_training)
 {
@@ -368,11 +369,30 @@ Test(cmd_train, eval_every_evaluates_while_training)
 			     "awk -F, 'NR > 1 && $11 != \"\"' ev.csv | wc -l",
 			     dir, SS_COMMAND),
 		     0, "%s", out);
-	/* at 6000, 12000, 18000 and 24000 examples */
-	cr_assert(strstr(out, "s: 6000 examples: held-out NE "), "%s", out);
-	cr_assert(strstr(out, "24000 examples: held-out NE "), "%s", out);
+	/* at 6000, 12000 and 18000 examples the epochs' ends (one
+	 * trainer: exactly there), and at 24000 */
+	cr_assert(strstr(out, "s: epoch 1 of 4 done: 6000 examples: held-out "
+			      "NE "),
+		  "%s", out);
+	cr_assert(strstr(out, "s: epoch 3 of 4 done: 18000 examples"), "%s",
+		  out);
+	cr_assert(strstr(out, "s: 24000 examples: held-out NE "), "%s", out);
+	cr_assert_null(strstr(out, "s: 6000 examples"), "%s", out);
 	cr_assert(strstr(out, "\n4\n"), "4 rows with held-out figures: %s",
 		  out);
+	/* at the epochs' ends alone */
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train --data train.txt --test "
+			     "test.txt " MODEL " --threads 1 --sync none "
+			     "--progress 0 --epochs 3 --eval-every epoch "
+			     ">ep.log 2>&1 && cat ep.log && "
+			     "echo evaluations: $(grep -c eval-every ep.log)",
+			     dir, SS_COMMAND),
+		     0, "%s", out);
+	cr_assert(strstr(out, "s: epoch 2 of 3 done: 12000 examples"), "%s",
+		  out);
+	cr_assert_null(strstr(out, "epoch 3 of 3"), "%s", out);
+	cr_assert(strstr(out, "evaluations: 2\n"), "%s", out);
 	cr_assert_eq(
 		cmd_run(out, sizeof(out),
 			"%s train --data %s/train.txt --eval-every 10 2>&1",

@@ -529,6 +529,18 @@ struct ss_train_options {
 	void (*every)(void *ctx, uint64_t examples);
 	void *every_ctx;
 	uint64_t every_examples;
+	/*
+	 * Optional: @epoch_end(@every_ctx, e, examples) when the bytes this
+	 * call has trained, with @done_bytes, pass the end of epoch e (1 to
+	 * @epochs - 1; the last one's is the call's return), an epoch being
+	 * @schedule_bytes / @epochs (this rank's share of each pass), from
+	 * the trainer whose batch took them past it: the examples then
+	 * trained, @done_examples included.  With chunks claimed, a rank's
+	 * share is the job's bytes over its ranks, so its epoch ends about
+	 * when the job's does.  A batch that ends an epoch and passes a
+	 * multiple of @every_examples calls this one alone.
+	 */
+	void (*epoch_end)(void *ctx, int epoch, uint64_t examples);
 };
 
 struct ss_train_result {

@@ -261,11 +261,19 @@ static void ss_trainer_count(struct ss_trainer *t, int got, uint64_t bytes)
 	const struct ss_train_options *o = t->opts;
 	uint64_t was = __atomic_fetch_add(&t->ctl->examples, (uint64_t)got,
 					  __ATOMIC_RELAXED),
-		 n = o->every_examples;
+		 n = o->every_examples,
+		 epoch = o->schedule_bytes / (uint64_t)o->epochs,
+		 at = o->done_bytes + __atomic_fetch_add(&t->ctl->bytes, bytes,
+							 __ATOMIC_RELAXED);
 
-	__atomic_fetch_add(&t->ctl->bytes, bytes, __ATOMIC_RELAXED);
-	/* this batch took the call past a multiple of @every_examples */
-	if (o->every && n && was / n != (was + (uint64_t)got) / n)
+	/* this batch took the call past the end of an epoch but the last
+	 * (one evaluation there, when a multiple of @every_examples falls
+	 * in the same batch), or past a multiple of @every_examples */
+	if (o->epoch_end && epoch && at / epoch != (at + bytes) / epoch &&
+	    (at + bytes) / epoch < (uint64_t)o->epochs)
+		o->epoch_end(o->every_ctx, (int)((at + bytes) / epoch),
+			     o->done_examples + was + (uint64_t)got);
+	else if (o->every && n && was / n != (was + (uint64_t)got) / n)
 		o->every(o->every_ctx, (was + (uint64_t)got) / n * n);
 }
 

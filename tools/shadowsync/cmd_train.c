@@ -298,9 +298,10 @@ int ss_cmd_train(int argc, char **argv)
 	prog.sync = sync;
 	prog.params = params;
 	prog.start_ns = ss_now_ns();
-	if (c.eval_every) {
+	if (c.eval_epochs) {
 		c.train.every_examples = (uint64_t)c.eval_every;
-		c.train.every = ss_train_eval_hook;
+		c.train.every = c.eval_every ? ss_train_eval_hook : NULL;
+		c.train.epoch_end = ss_train_epoch_hook;
 		c.train.every_ctx = &prog;
 	}
 	if (c.progress > 0 || c.save_every > 0) {

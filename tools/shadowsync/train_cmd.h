@@ -83,6 +83,7 @@ struct ss_train_cmd {
 	struct ss_chunks *chunks; /* dynamic data: the chunks claimed */
 	uint64_t bytes_total; /* ss_train_bytes_total() as training began */
 	long eval_every; /* --eval-every N: --test every N examples, 0: not */
+	bool eval_epochs; /* --eval-every: --test at each epoch's end too */
 	bool shuffle; /* --shuffle: the chunks' order drawn each epoch */
 	uint64_t shuffle_from; /* the value it is drawn from (the record's) */
 	const char *log_csv; /* --log-csv FILE, {rank} not yet replaced */
@@ -283,6 +284,9 @@ void ss_train_csv_close(struct ss_train_cmd *c);
  * read), a line and a CSV row; a failure is said, training goes on.
  */
 void ss_train_eval_hook(void *ctx, uint64_t examples);
+
+/* ss_train_epoch_hook() - the same at the end of epoch @epoch. */
+void ss_train_epoch_hook(void *ctx, int epoch, uint64_t examples);
 
 /* The progress thread: lines every --progress s, saves every --save-every. */
 void *ss_progress_main(void *arg);

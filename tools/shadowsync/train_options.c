@@ -37,7 +37,8 @@ static void ss_train_usage(FILE *out)
 		"  --test FILE            held-out data: NE, AUC and calibration at the end\n"
 		"  --bad-lines P          fail (default) or skip malformed lines\n"
 		"  --eval-every N         also evaluate on --test every N examples of the\n"
-		"                         rank while it trains (replicated or local tables)\n"
+		"                         rank while it trains, and at each epoch's end;\n"
+		"                         'epoch': only there (replicated or local tables)\n"
 		"model\n"
 		"  --emb-dim N            embedding size (default 16)\n"
 		"  --bottom SIZES         bottom MLP, 13 first, emb-dim last (13-512-256-64-16)\n"
@@ -595,8 +596,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 						  &c->train.lr_schedule);
 			break;
 		case OPT_EVAL_EVERY:
-			rc = ss_parse_long("--eval-every", optarg, 1, LONG_MAX,
-					   &c->eval_every);
+			c->eval_epochs = true;
+			if (strcmp(optarg, "epoch") != 0)
+				rc = ss_parse_long("--eval-every", optarg, 1,
+						   LONG_MAX, &c->eval_every);
 			break;
 		case OPT_WARMUP:
 			rc = ss_parse_long("--warmup", optarg, 0, LONG_MAX, &v);
@@ -659,7 +662,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->epochs_given = given[OPT_EPOCHS - OPT_DATA];
 	c->split_given = given[OPT_DATA_SPLIT - OPT_DATA];
 	c->chunk_given = given[OPT_CHUNK_SIZE - OPT_DATA];
-	if (c->eval_every && !c->test)
+	if (c->eval_epochs && !c->test)
 		return ss_error_set(SS_EUSAGE, "it needs --test",
 				    "say what to evaluate on: --test FILE",
 				    "--eval-every");
@@ -738,7 +741,7 @@ int ss_train_resolve_tables(struct ss_train_cmd *c)
 			why);
 	/* a shard's rows are at their owners, and the trainers' table
 	 * clients busy: the held-out evaluation runs at the end there */
-	if (c->eval_every && c->tables == SS_TABLES_SHARDED)
+	if (c->eval_epochs && c->tables == SS_TABLES_SHARDED)
 		return ss_error_set(SS_EUSAGE, "not with sharded tables yet",
 				    "give --tables replicated or local, or let "
 				    "--test evaluate at the end",

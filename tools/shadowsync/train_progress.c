@@ -122,9 +122,11 @@ void ss_train_csv_row(struct ss_progress *p, double secs,
 	funlockfile(c->csv);
 }
 
-void ss_train_eval_hook(void *ctx, uint64_t examples)
+/* The held-out figures now, after @examples (all the run's), said after
+ * @when. */
+static void ss_train_eval_now(struct ss_progress *p, const char *when,
+			      uint64_t examples)
 {
-	struct ss_progress *p = ctx;
 	double secs = (double)(ss_now_ns() - p->start_ns) / 1e9;
 	struct ss_metrics m;
 	uint64_t skipped;
@@ -138,15 +140,32 @@ void ss_train_eval_hook(void *ctx, uint64_t examples)
 	}
 	/* one write, as a progress line */
 	len = snprintf(line, sizeof(line),
-		       "rank %d: %.0f s: %" PRIu64 " examples: held-out NE "
+		       "rank %d: %.0f s: %s%" PRIu64 " examples: held-out NE "
 		       "%.4f, AUC %.4f, calibration %.4f (--eval-every)\n",
-		       p->c->fabric.rank, secs, p->c->resumed + examples, m.ne,
-		       m.auc, m.calibration);
+		       p->c->fabric.rank, secs, when, examples, m.ne, m.auc,
+		       m.calibration);
 	if (len > 0 && write(STDERR_FILENO, line,
 			     (size_t)len < sizeof(line) ? (size_t)len :
 							  sizeof(line) - 1) < 0)
 		len = 0; /* stderr gone: nothing to tell */
 	ss_train_csv_row(p, secs, &m);
+}
+
+void ss_train_eval_hook(void *ctx, uint64_t examples)
+{
+	struct ss_progress *p = ctx;
+
+	ss_train_eval_now(p, "", p->c->resumed + examples);
+}
+
+void ss_train_epoch_hook(void *ctx, int epoch, uint64_t examples)
+{
+	struct ss_progress *p = ctx;
+	char when[48];
+
+	snprintf(when, sizeof(when), "epoch %d of %d done: ", epoch,
+		 p->c->train.epochs);
+	ss_train_eval_now(p, when, examples);
 }
 
 void ss_train_csv_close(struct ss_train_cmd *c)
