@@ -335,3 +335,50 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
 			      "'PATH.{rank}', in a job of 4 ranks"),
 		  "%s", out);
 }
+
+/*
+ * The shard of a job of one rank (reshard --new-ranks 1 makes it) holds
+ * every row, in its permutation's order: a plain --load takes it as the
+ * whole model, rows in their places, and trains on as the one-rank
+ * sharded job that loads it does.
+ */
+Test(cmd_checkpoint, the_shard_of_a_job_of_one_loads_as_the_whole_model)
+{
+	char out[16384], whole[1024], sharded[1024];
+	int port = ranks_port_base();
+
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
+			 " --threads 1 --progress 0 --tables sharded "
+			 "--save 's.{rank}' 2>&1 && "
+			 "$S reshard --from 's.{rank}' --ranks 2 --to "
+			 "'w.{rank}' --new-ranks 1 " MODEL " 2>&1",
+			 port),
+		     0, "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN
+			 " --tables sharded --load 'w.{rank}' --save "
+			 "'ws.{rank}' 2>&1 && "
+			 "$S train --data b.txt " TRAIN
+			 " --tables replicated --load w.0 --save wr.ckpt -v "
+			 "2>&1"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "starting from w.0 (6400 examples seen, "
+			      "Adagrad's accumulators)"),
+		  "%s", out);
+	cr_assert_eq(run(sharded, sizeof(sharded),
+			 "$S eval --load 'ws.{rank}' --data b.txt --json"),
+		     0, "%s", sharded);
+	cr_assert_eq(run(whole, sizeof(whole),
+			 "$S eval --load wr.ckpt --data b.txt --json"),
+		     0, "%s", whole);
+	cr_assert_float_eq(cmd_json_number(whole, "ne"),
+			   cmd_json_number(sharded, "ne"), 1e-5, "%s\n%s",
+			   whole, sharded);
+	/* a resume needs a run's own checkpoint, which says where it was */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data b.txt " TRAIN
+			 " --tables replicated --resume w.0 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "it holds no place in the data"), "%s", out);
+}

@@ -197,6 +197,12 @@ int ss_cmd_train(int argc, char **argv)
 				     a.ptr ? 1 : 0, c.layout_hash, &c.resumed,
 				     &has_acc, rec,
 				     rec ? SS_RESUME_RECORD_MAX : 0, &rec_len);
+		/* a job of one rank's shard is a whole model, rows permuted */
+		if (rc == SS_ELAYOUT && !c.resume &&
+		    ss_train_shard_of_one(path, c.layout_hash))
+			rc = ss_shard_load_whole(path, &c.model, params,
+						 c.train.adagrad_acc,
+						 &c.resumed, &has_acc);
 		rc = ss_train_load_whole_why(rc, path, c.layout_hash);
 		if (rc < 0)
 			ss_error_prefix(c.resume ? "--resume" : "--load");

@@ -12,13 +12,16 @@
 
 #include "train_cmd.h"
 
-/* @pattern with {rank} replaced by @rank. */
+/* @pattern with {rank} replaced by @rank (a path without: itself). */
 void ss_rank_path(const char *pattern, int rank, char *buf, size_t size)
 {
 	const char *at = strstr(pattern, "{rank}");
 
-	snprintf(buf, size, "%.*s%d%s", (int)(at - pattern), pattern, rank,
-		 at + 6);
+	if (!at)
+		snprintf(buf, size, "%s", pattern);
+	else
+		snprintf(buf, size, "%.*s%d%s", (int)(at - pattern), pattern,
+			 rank, at + 6);
 }
 
 int ss_shards_alloc(struct ss_shard_set *s, const struct ss_model_config *m,
@@ -119,11 +122,14 @@ int ss_shards_read(struct ss_shard_set *s, const char *from,
 }
 
 void ss_shards_gather(const struct ss_shard_set *s,
-		      const struct ss_model_config *m, float *params)
+		      const struct ss_model_config *m, float *params,
+		      float *acc)
 {
 	size_t W = s->width;
 
 	memcpy(params, s->w[0], s->dense * sizeof(float));
+	if (acc && s->has_acc)
+		memcpy(acc, s->acc[0], s->dense * sizeof(float));
 	for (int t = 0; t < SS_SPARSE; t++) {
 		uint32_t rows = ss_model_table_rows(m, t);
 		uint64_t first = ss_model_table_first(m, t);
@@ -135,6 +141,9 @@ void ss_shards_gather(const struct ss_shard_set *s,
 
 			memcpy(params + s->dense + (first + r) * W,
 			       s->w[k] + src, W * sizeof(float));
+			if (acc && s->has_acc)
+				memcpy(acc + s->dense + (first + r) * W,
+				       s->acc[k] + src, W * sizeof(float));
 		}
 	}
 }
@@ -155,7 +164,7 @@ static int ss_shards_load_gather(const char *pattern,
 		rc = ss_shards_read(&set, pattern, ss_layout_hash(m), "--load",
 				    ours, hint);
 	if (rc == 0) {
-		ss_shards_gather(&set, m, params);
+		ss_shards_gather(&set, m, params, NULL);
 		*examples = set.examples;
 	}
 	ss_shards_free(&set);
@@ -201,4 +210,23 @@ int ss_model_load_any(const char *path, struct ss_model_config *m,
 	if (trained)
 		*trained = examples;
 	return 0;
+}
+
+int ss_shard_load_whole(const char *path, const struct ss_model_config *m,
+			float *params, float *acc, uint64_t *examples,
+			bool *has_acc)
+{
+	struct ss_shard_set set = { 0 };
+	int rc = ss_shards_alloc(&set, m, 1);
+
+	if (rc == 0)
+		rc = ss_shards_read(&set, path, ss_layout_hash(m), "--load",
+				    "a whole model", "");
+	if (rc == 0) {
+		ss_shards_gather(&set, m, params, acc);
+		*examples = set.examples;
+		*has_acc = set.has_acc;
+	}
+	ss_shards_free(&set);
+	return rc;
 }

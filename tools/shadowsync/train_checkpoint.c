@@ -178,6 +178,14 @@ static bool ss_shard_of(uint64_t model_hash, uint64_t hash, int *w, int *r)
 	return false;
 }
 
+bool ss_train_shard_of_one(const char *path, uint64_t model_hash)
+{
+	uint64_t hash, n, examples;
+
+	return ss_checkpoint_peek(path, &hash, &n, &examples) == 0 &&
+	       hash == ss_shard_layout_hash(model_hash, 1, 0);
+}
+
 int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash)
 {
 	uint64_t hash, n, examples;

@@ -183,6 +183,10 @@ int ss_shard_layout_why(int rc, const char *path, uint64_t model_hash,
  */
 int ss_train_load_whole_why(int rc, const char *path, uint64_t model_hash);
 
+/* ss_train_shard_of_one() - whether @path is the shard of a job of one
+ * rank of this model (every row, in its permutation's order). */
+bool ss_train_shard_of_one(const char *path, uint64_t model_hash);
+
 /*
  * ss_train_load_shard() - --load with --tables sharded: this rank's MLPs,
  * rows and accumulators (and into @rec, unless NULL, the resume record of
@@ -460,10 +464,22 @@ int ss_shards_read(struct ss_shard_set *s, const char *from,
 
 /*
  * ss_shards_gather() - the whole model of @m into @params
- * (ss_model_len() floats): the MLPs of shard 0, each row from its owner.
+ * (ss_model_len() floats): the MLPs of shard 0, each row from its owner;
+ * Adagrad's state into @acc the same when it is not NULL and the set has
+ * it.
  */
 void ss_shards_gather(const struct ss_shard_set *s,
-		      const struct ss_model_config *m, float *params);
+		      const struct ss_model_config *m, float *params,
+		      float *acc);
+
+/*
+ * ss_shard_load_whole() - the one shard of a job of one rank at @path
+ * (reshard --new-ranks 1 writes such), which holds every row, into
+ * @params and @acc (when not NULL) in the model's order: a whole model.
+ */
+int ss_shard_load_whole(const char *path, const struct ss_model_config *m,
+			float *params, float *acc, uint64_t *examples,
+			bool *has_acc);
 
 /*
  * ss_model_load_any() - the model of @path into *@params (ss_model_len()
