@@ -455,7 +455,12 @@ int ss_train_left(struct ss_train_control *ctl, struct ss_train_range *out,
 struct ss_train_options {
 	size_t size; /* sizeof the caller's struct, set by the init */
 	int threads; /* Hogwild trainer threads */
-	const char *data; /* Criteo-format file */
+	/*
+	 * Criteo-format file, plain or gzip (ss_reader_open()); "-" is
+	 * standard input, read once: one trainer, one epoch, no chunks, no
+	 * resume, from byte 0.
+	 */
+	const char *data;
 	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
 	int batch;
 	float lr;
