@@ -31,7 +31,7 @@ BLIS_LIB := /usr/lib/$(MULTIARCH)/blis-serial
 SS_CFLAGS := -std=gnu11 -D_GNU_SOURCE -Wall -Wextra -Werror -fPIC -pthread \
 	-Iinclude -Isrc -isystem $(BLIS_INC) -MMD -MP $(SAN)
 SS_LIBS := -lhwloc -lrdmacm -libverbs -L$(BLIS_LIB) -Wl,-rpath,$(BLIS_LIB) \
-	-lblis -lpthread -lm
+	-lblis -lpthread -lm -lz
 TEST_LIBS := -lcriterion
 
 LIB_SRCS := $(sort $(wildcard src/*/*.c))

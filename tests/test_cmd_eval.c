@@ -89,6 +89,32 @@ Test(cmd_eval, eval_gives_trains_figures_and_predict_the_probabilities)
 }
 
 /*
+ * A gzip copy of the file, given by name or on standard input (gzip or
+ * plain), gives the figures and the probabilities of the plain file.
+ */
+Test(cmd_eval, gzip_and_standard_input_read_as_the_plain_file)
+{
+	char out[4096];
+
+	cr_assert_eq(
+		run(out, sizeof(out),
+		    "$S train --data train.txt " MODEL " --threads 1 "
+		    "--sync none --progress 0 --save m.ckpt 2>&1 && "
+		    "gzip -c test.txt > test.gz && "
+		    "$S eval --load m.ckpt --data test.txt > e.txt && "
+		    "$S eval --load m.ckpt --data test.gz | cmp - e.txt && "
+		    "$S eval --load m.ckpt --data - < test.gz | "
+		    "cmp - e.txt && "
+		    "$S predict --load m.ckpt --data test.txt > p.txt && "
+		    "$S predict --load m.ckpt --data test.gz | "
+		    "cmp - p.txt && "
+		    "cat test.txt | $S predict --load m.ckpt --data - | "
+		    "cmp - p.txt && wc -l < p.txt && cat e.txt"),
+		0, "%s", out);
+	cr_assert(strstr(out, "1000\n1000 examples: NE "), "%s", out);
+}
+
+/*
  * A sharded model's files read together: eval gives the held-out figures
  * rank 0 gave at the end of training (its MLPs, every row from its
  * owner), and predict one probability an example.

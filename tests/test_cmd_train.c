@@ -406,3 +406,85 @@ Test(cmd_train, eval_every_evaluates_while_training)
 		     2, "%s", out);
 	cr_assert(strstr(out, "not with sharded tables yet"), "%s", out);
 }
+
+/*
+ * A gzip copy of the data trains the model of the plain file, byte for
+ * byte (its length is the uncompressed one); so does standard input, gzip
+ * or plain, but for the checkpoint's checksum and its record, whose data
+ * size is 0 there (its length is not known before its end).  Two ranks
+ * read a gzip file by a fixed share each, every example once.
+ */
+Test(cmd_train, gzip_and_standard_input_train_as_the_plain_file)
+{
+	char out[8192];
+
+	cr_assert_eq(
+		cmd_run(out, sizeof(out),
+			"cd %s && gzip -c train.txt > train.gz && "
+			"T='%s train " MODEL " --threads 1 --sync none "
+			"--progress 0' && "
+			"$T --data train.txt --save plain.ckpt 2>&1 && "
+			"$T --data train.gz --save gz.ckpt 2>&1 && "
+			"$T --data - --save in.ckpt < train.gz 2>&1 && "
+			"cat train.txt | $T --data - --save pipe.ckpt 2>&1 && "
+			"cmp plain.ckpt gz.ckpt && echo same gzip && "
+			"for f in plain in pipe; do "
+			"head -c -160 $f.ckpt | tail -c +49 > $f.body; done && "
+			"cmp plain.body in.body && cmp plain.body pipe.body && "
+			"echo same stdin && "
+			"%s launch -n 2 -- train --data train.gz " MODEL
+			" --threads 1 --progress 0 2>&1",
+			dir, SS_COMMAND, SS_COMMAND),
+		0, "%s", out);
+	cr_assert(strstr(out, "same gzip\n"), "%s", out);
+	cr_assert(strstr(out, "same stdin\n"), "%s", out);
+	cr_assert(strstr(out, "job  6000 examples"), "%s", out);
+}
+
+/*
+ * Standard input is read once, in order, by one trainer of one rank; a
+ * gzip file is not read by chunks: what needs more is refused, naming
+ * the option and the file.
+ */
+Test(cmd_train, what_standard_input_and_gzip_cannot_do_is_refused)
+{
+	static const struct {
+		const char *args, *said;
+	} refused[] = {
+		{ "--data - --epochs 2", "--data - with --epochs 2: standard "
+					 "input is read once, by one rank" },
+		{ "--data - --resume x.ckpt", "--data - with --resume" },
+		{ "--data - --threads 2", "--data - with --threads 2" },
+		{ "--data - --lr-schedule cosine",
+		  "--data - with --lr-schedule cosine" },
+		{ "--data train.txt --data -",
+		  "--data - with other --data files" },
+		{ "--data - --peers 127.0.0.1:7100,127.0.0.1:7101 --rank 0",
+		  "--data - with 2 ranks" },
+		{ "--data train.txt --test -", "--test -: standard input is "
+					       "read as --data only" },
+		{ "--data train.gz --data-split dynamic",
+		  "--data-split dynamic with gzip file 'train.gz': a chunk "
+		  "of a gzip file is reached by decompressing it" },
+		{ "--data train.gz --shuffle",
+		  "--shuffle with gzip file 'train.gz'" },
+		{ "--data train.txt --data train.gz --data-split dynamic "
+		  "--peers 127.0.0.1:7100,127.0.0.1:7101 --rank 0",
+		  "--data-split dynamic with gzip file 'train.gz'" },
+	};
+	char out[4096];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "gzip -c %s/train.txt > %s/train.gz", dir, dir),
+		     0);
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		cr_assert_eq(cmd_run(out, sizeof(out),
+				     "cd %s && %s train %s " MODEL
+				     " --progress 0 < train.txt 2>&1",
+				     dir, SS_COMMAND, refused[i].args),
+			     2, "%s: %s", refused[i].args, out);
+		cr_assert(strstr(out, refused[i].said), "%s: %s",
+			  refused[i].args, out);
+		cr_assert(strstr(out, "hint: "), "%s", out);
+	}
+}

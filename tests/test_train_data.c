@@ -2,12 +2,15 @@
 /* The Criteo reader, the metrics and the synthetic data generator. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "shadowsync/shadowsync.h"
 #include "shadowsync/train.h"
@@ -365,6 +368,303 @@ Test(data, byte_ranges_read_every_line_once)
 		cr_assert_eq(n, total, "%d parts read %d lines", parts, n);
 		cr_assert_eq(labels, all, "%d parts", parts);
 	}
+}
+
+/* ---- gzip ---------------------------------------------------------------- */
+
+/* @n generated examples in @dir/@name; the file's bytes in *@text. */
+static size_t gen_text(const char *name, int n, char **text)
+{
+	struct ss_gen_options o;
+	struct ss_metrics m;
+	char path[256];
+	size_t len;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	ss_gen_options_init(&o);
+	o.examples = (uint64_t)n;
+	f = fopen(path, "w+");
+	cr_assert_eq(ss_gen_data(f, &o, &m), 0);
+	len = (size_t)ftell(f);
+	*text = malloc(len + 1);
+	rewind(f);
+	cr_assert_eq(fread(*text, 1, len, f), len);
+	(*text)[len] = '\0';
+	fclose(f);
+	return len;
+}
+
+/* @len bytes of @text into @dir/@name as one gzip member (appended). */
+static const char *write_gz(const char *name, const char *text, size_t len,
+			    const char *mode)
+{
+	static char path[256];
+	gzFile f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = gzopen(path, mode);
+	cr_assert_not_null(f);
+	cr_assert_eq(gzwrite(f, text, (unsigned)len), (int)len);
+	cr_assert_eq(gzclose(f), Z_OK);
+	return path;
+}
+
+/* The examples of [@begin, @end) of @paths into @ex (at most @max). */
+static int read_examples(const char *const *paths, int n, uint64_t begin,
+			 uint64_t end, struct ss_example *ex, int max)
+{
+	struct ss_reader *r;
+	int got = 0, rc;
+
+	cr_assert_eq(ss_reader_open_files(&r, paths, n, begin, end,
+					  SS_BAD_LINES_FAIL),
+		     0, "%s: %s", ss_last_error()->what, ss_last_error()->why);
+	while (got < max && (rc = ss_reader_next(r, &ex[got])) == 1)
+		got++;
+	cr_assert_eq(rc, 0, "%s: %s", ss_last_error()->what,
+		     ss_last_error()->why);
+	ss_reader_close(&r);
+	return got;
+}
+
+/* Both lists hold the same examples, bit for bit. */
+static void assert_same(const struct ss_example *a, int na,
+			const struct ss_example *b, int nb, const char *what)
+{
+	cr_assert_eq(na, nb, "%s: %d examples against %d", what, na, nb);
+	for (int i = 0; i < na; i++)
+		cr_assert_eq(memcmp(&a[i], &b[i], sizeof(*a)), 0,
+			     "%s: example %d differs", what, i);
+}
+
+/*
+ * A gzip file reads as its plain copy: whole, and cut into byte ranges
+ * (bytes of the uncompressed data) each range holds the same lines as
+ * the plain file's, so every line once; its size is the uncompressed one.
+ */
+Test(data, gzip_reads_as_its_plain_copy)
+{
+	char *text, plain[256], gz[256];
+	const char *pp[1] = { plain }, *pg[1] = { gz };
+	struct ss_example *a = calloc(2000, sizeof(*a)),
+			  *b = calloc(2000, sizeof(*b));
+	size_t len = gen_text("p.txt", 997, &text);
+	uint64_t size;
+	bool is_gz;
+	int na, nb;
+
+	snprintf(plain, sizeof(plain), "%s/p.txt", dir);
+	snprintf(gz, sizeof(gz), "%s", write_gz("p.gz", text, len, "wb"));
+	cr_assert_eq(ss_data_size(gz, &size, &is_gz), 0);
+	cr_assert(is_gz);
+	cr_assert_eq(size, len);
+	cr_assert_eq(ss_data_size(plain, &size, &is_gz), 0);
+	cr_assert_not(is_gz);
+	na = read_examples(pp, 1, 0, 0, a, 2000);
+	nb = read_examples(pg, 1, 0, 0, b, 2000);
+	cr_assert_eq(na, 997);
+	assert_same(a, na, b, nb, "whole");
+	for (int parts = 2; parts <= 5; parts++) {
+		int total = 0;
+
+		for (int k = 0; k < parts; k++) {
+			uint64_t from = len * (uint64_t)k / (uint64_t)parts,
+				 to = len * (uint64_t)(k + 1) / (uint64_t)parts;
+
+			na = read_examples(pp, 1, from, to, a, 2000);
+			nb = read_examples(pg, 1, from, to, b, 2000);
+			assert_same(a, na, b, nb, "a range");
+			total += nb;
+		}
+		cr_assert_eq(total, 997, "%d parts read %d lines", parts,
+			     total);
+	}
+	free(text);
+	free(a);
+	free(b);
+}
+
+/*
+ * Two gzip files concatenated (cat a.gz b.gz) read as the concatenation
+ * of their data; a reader reopened where another stopped (ss_reader_tell)
+ * goes on there.
+ */
+Test(data, gzip_members_and_reopening_where_one_stopped)
+{
+	char *text, gz[256], plain[256];
+	const char *p[1] = { gz }, *pp[1] = { plain };
+	struct ss_example *a = calloc(1000, sizeof(*a)),
+			  *b = calloc(1000, sizeof(*b));
+	size_t len = gen_text("m.txt", 500, &text), half;
+	struct ss_reader *r;
+	uint64_t size, at;
+	int na, nb = 0, rc;
+
+	half = (size_t)(strchr(text + len / 2, '\n') + 1 - text);
+	snprintf(gz, sizeof(gz), "%s", write_gz("m.gz", text, half, "wb"));
+	write_gz("m.gz", text + half, len - half, "ab");
+	cr_assert_eq(ss_data_size(gz, &size, NULL), 0);
+	cr_assert_eq(size, len);
+	snprintf(plain, sizeof(plain), "%s/m.txt", dir);
+	na = read_examples(pp, 1, 0, 0, a, 1000);
+	cr_assert_eq(na, 500);
+	/* 3 readers in turn, each reopened where the last stopped */
+	at = 0;
+	for (int k = 0; k < 3; k++) {
+		cr_assert_eq(ss_reader_open_files(&r, p, 1, at, 0,
+						  SS_BAD_LINES_FAIL),
+			     0);
+		for (int i = 0; i < (k < 2 ? 123 : 1000) &&
+				(rc = ss_reader_next(r, &b[nb])) == 1;
+		     i++)
+			nb++;
+		at = ss_reader_tell(r);
+		ss_reader_close(&r);
+	}
+	assert_same(a, na, b, nb, "members, reopened");
+	cr_assert_eq(at, len);
+	free(text);
+	free(a);
+	free(b);
+}
+
+/* Plain and gzip files read as one stream: any cut, every line once. */
+Test(data, plain_and_gzip_files_as_one_stream)
+{
+	char *text, paths[4][256], plain[256];
+	const char *p[4], *pp[1] = { plain };
+	struct ss_example *a = calloc(800, sizeof(*a)),
+			  *b = calloc(800, sizeof(*b));
+	size_t len = gen_text("all.txt", 400, &text), cut[5] = { 0 };
+	int na, nb;
+
+	/* four pieces of 100 lines: plain, gzip, plain, gzip */
+	for (int k = 1; k < 4; k++) {
+		char *at = text + cut[k - 1];
+
+		for (int l = 0; l < 100; l++)
+			at = strchr(at, '\n') + 1;
+		cut[k] = (size_t)(at - text);
+	}
+	cut[4] = len;
+	for (int k = 0; k < 4; k++) {
+		char name[16],
+			*piece = strndup(text + cut[k], cut[k + 1] - cut[k]);
+
+		snprintf(name, sizeof(name), "f%d", k);
+		snprintf(paths[k], sizeof(paths[k]), "%s",
+			 k & 1 ? write_gz(name, piece, strlen(piece), "wb") :
+				 write_file(name, piece));
+		p[k] = paths[k];
+		free(piece);
+	}
+	snprintf(plain, sizeof(plain), "%s/all.txt", dir);
+	na = read_examples(pp, 1, 0, 0, a, 800);
+	for (int parts = 1; parts <= 7; parts++) {
+		nb = 0;
+		for (int k = 0; k < parts; k++)
+			nb += read_examples(
+				p, 4, len * (uint64_t)k / (uint64_t)parts,
+				len * (uint64_t)(k + 1) / (uint64_t)parts,
+				b + nb, 800 - nb);
+		assert_same(a, na, b, nb, "mixed");
+	}
+	free(text);
+	free(a);
+	free(b);
+}
+
+/* The file's bytes, cut to @keep, or with byte @flip inverted. */
+static void damage(const char *path, long keep, long flip)
+{
+	FILE *f = fopen(path, "r+");
+	int c;
+
+	cr_assert_not_null(f);
+	if (keep >= 0)
+		cr_assert_eq(ftruncate(fileno(f), keep), 0);
+	if (flip >= 0) {
+		cr_assert_eq(fseek(f, flip, SEEK_SET), 0);
+		c = fgetc(f);
+		cr_assert_eq(fseek(f, flip, SEEK_SET), 0);
+		fputc(~c & 0xff, f);
+	}
+	fclose(f);
+}
+
+/* Examples of @path read to the end (as standard input, as train --data -
+ * reads it, with @in), counted in *@got. */
+static int read_to_end(const char *path, bool in, enum ss_bad_lines policy,
+		       int *got)
+{
+	struct ss_reader *r;
+	struct ss_example ex;
+	int saved = dup(0), fd = open(path, O_RDONLY), rc;
+
+	cr_assert(saved >= 0 && fd >= 0);
+	cr_assert_eq(dup2(fd, 0), 0);
+	close(fd);
+	*got = 0;
+	rc = ss_reader_open(&r, in ? "-" : path, 0, 0, policy);
+	if (rc == 0) {
+		while ((rc = ss_reader_next(r, &ex)) == 1)
+			++*got;
+		ss_reader_close(&r);
+	}
+	cr_assert_eq(dup2(saved, 0), 0);
+	close(saved);
+	return rc;
+}
+
+/*
+ * A truncated or corrupted gzip file is an error naming the file, when
+ * its length is measured or, read from standard input, at the line
+ * reached: never a short read, nor a bad line --bad-lines skip passes.
+ */
+Test(data, truncated_or_corrupted_gzip_is_an_error)
+{
+	char *text, gz[256], what[300];
+	size_t len = gen_text("t.txt", 300, &text);
+	struct stat st;
+	uint64_t size;
+	int got;
+
+	snprintf(gz, sizeof(gz), "%s", write_gz("t.gz", text, len, "wb"));
+	cr_assert_eq(read_to_end(gz, true, SS_BAD_LINES_FAIL, &got), 0);
+	cr_assert_eq(got, 300, "the whole file from standard input");
+	cr_assert_eq(stat(gz, &st), 0);
+	damage(gz, st.st_size / 2, -1);
+	cr_assert_eq(ss_data_size(gz, &size, NULL), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "t.gz"), "%s",
+		  ss_last_error()->what);
+	cr_assert(strstr(ss_last_error()->why, "truncated"), "%s",
+		  ss_last_error()->why);
+	for (int k = 0; k < 4; k++) {
+		cr_assert_eq(read_to_end(gz, k & 1,
+					 k & 2 ? SS_BAD_LINES_SKIP :
+						 SS_BAD_LINES_FAIL,
+					 &got),
+			     SS_EPARSE);
+		cr_assert_lt(got, 300);
+		snprintf(what, sizeof(what), "'%s', line %d", k & 1 ? "-" : gz,
+			 got + 1);
+		cr_assert(strstr(ss_last_error()->what, what), "%s",
+			  ss_last_error()->what);
+		cr_assert(strstr(ss_last_error()->why, "truncated"), "%s",
+			  ss_last_error()->why);
+	}
+	/* a byte of the compressed data changed */
+	write_gz("t.gz", text, len, "wb");
+	damage(gz, -1, st.st_size / 2);
+	cr_assert_eq(ss_data_size(gz, &size, NULL), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->what, "t.gz"));
+	cr_assert(strstr(ss_last_error()->why, "gzip data"), "%s",
+		  ss_last_error()->why);
+	cr_assert_eq(read_to_end(gz, true, SS_BAD_LINES_SKIP, &got), SS_EPARSE);
+	cr_assert(strstr(ss_last_error()->why, "gzip data"), "%s",
+		  ss_last_error()->why);
+	free(text);
 }
 
 Test(data, a_large_file_in_bounded_memory, .timeout = 120)

@@ -51,13 +51,35 @@ int ss_bad_lines_parse(const char *option, const char *text,
 
 struct ss_reader;
 
+/* ss_data_size()'s length of standard input: not known before its end. */
+#define SS_DATA_SIZE_UNKNOWN UINT64_MAX
+
+/*
+ * ss_data_size() - the bytes data file @path adds to a reader's stream
+ * into *@size, and into *@gzip (unless NULL) whether it is gzip (its
+ * first bytes 1f 8b, whatever its name): a plain file's size; a gzip
+ * file's uncompressed length, measured by reading it through once
+ * (seconds for a large one, logged at info level) and kept for the
+ * process (by device, inode, size and modification time);
+ * SS_DATA_SIZE_UNKNOWN for "-", standard input.  Any thread may call it.
+ *
+ * Returns 0; -errno naming the file; SS_EPARSE for a truncated or
+ * corrupted gzip file.
+ */
+int ss_data_size(const char *path, uint64_t *size, bool *gzip);
+
 /*
  * ss_reader_open() - stream the examples of @path whose line starts in
  * bytes [@begin, @end) (@end 0: to the end of the file), so that N readers
  * with adjacent ranges read every line exactly once.  Memory stays bounded
- * whatever the file's size.
+ * whatever the file's size.  A gzip file is read decompressed, its bytes
+ * (ranges, ss_reader_tell()) those of the uncompressed data: reaching
+ * @begin decompresses it from its start.  "-" reads standard input (plain
+ * or gzip), from @begin 0 only, once.
  *
- * Returns 0; -errno naming the file.
+ * Returns 0; -errno naming the file; SS_EUSAGE for "-" from a @begin
+ * other than 0, or with other files; SS_EPARSE for a truncated or
+ * corrupted gzip file.
  */
 int ss_reader_open(struct ss_reader **reader, const char *path, uint64_t begin,
 		   uint64_t end, enum ss_bad_lines policy);
@@ -74,7 +96,9 @@ int ss_reader_open_files(struct ss_reader **reader, const char *const *paths,
 /*
  * ss_reader_next() - the next example.  Returns 1, 0 at the end of the
  * range, SS_EPARSE for a malformed line under SS_BAD_LINES_FAIL (the detail
- * names the file, the line and what was wrong), -errno on a read error.
+ * names the file, the line and what was wrong) and, whatever the policy,
+ * for gzip data that is truncated or does not decompress (the file and
+ * the line reached), -errno on a read error.
  */
 int ss_reader_next(struct ss_reader *reader, struct ss_example *example);
 
@@ -451,7 +475,12 @@ int ss_train_left(struct ss_train_control *ctl, struct ss_train_range *out,
 struct ss_train_options {
 	size_t size; /* sizeof the caller's struct, set by the init */
 	int threads; /* Hogwild trainer threads */
-	const char *data; /* Criteo-format file */
+	/*
+	 * Criteo-format file, plain or gzip (ss_reader_open()); "-" is
+	 * standard input, read once: one trainer, one epoch, no chunks, no
+	 * resume, from byte 0.
+	 */
+	const char *data;
 	uint64_t begin, end; /* this rank's bytes of it; end 0: to the end */
 	int batch;
 	float lr;

@@ -6,12 +6,24 @@
  * bounded by the longest line, and N readers with adjacent ranges read
  * every line exactly once: a line belongs to the range holding its first
  * byte.
+ *
+ * Every file is read through zlib's gz calls: a gzip file (its magic
+ * bytes, 1f 8b, say so, not its name) decompressed, one member or several
+ * (`cat a.gz b.gz`), any other file as it is.  Positions are bytes of the
+ * uncompressed data, so a range of a gzip file holds the same lines as
+ * the range of its plain copy; reaching one decompresses the file from
+ * its start (a plain file is opened where the range starts).  "-" is
+ * standard input, read once from its start.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include "shadowsync/train.h"
 
@@ -20,6 +32,10 @@
 /* The line buffer's first size (a Criteo line is about 300 bytes); it
  * doubles for a longer line, up to SS_MAX_LINE + 2. */
 #define SS_LINE_START 1024
+/* zlib's buffer for a file (its default, 8 KiB, means more reads) */
+#define SS_GZ_BUFFER (128 << 10)
+/* a gzip file this large is said when its length is measured: seconds */
+#define SS_GZ_SAID (64 << 20)
 
 /*
  * Several files are one stream, in order: byte b of the stream is in the
@@ -27,9 +43,12 @@
  * line (one whose last line has no newline ends it at its end).
  */
 struct ss_reader {
-	FILE *f; /* the file being read, @file of @n_files */
+	gzFile f; /* the file being read, @file of @n_files */
+	uint64_t origin; /* the byte of the file @f was opened at (plain) */
 	char *path; /* its name (one of @files) */
 	char **files;
+	/* in the stream (a gzip file's uncompressed), as far as known:
+	 * the files before the one read are */
 	uint64_t *sizes;
 	int n_files, file;
 	uint64_t base; /* where that file starts in the stream */
@@ -178,38 +197,228 @@ int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
 	return 0;
 }
 
+static bool ss_is_stdin(const char *path)
+{
+	return strcmp(path, "-") == 0;
+}
+
+/*
+ * What the gz calls on @f (of @path) met: 0 for nothing or the end of the
+ * file, else the error, naming the file and, when @line is not 0, the
+ * line being read.  A gzip file that ends inside a member (truncated) or
+ * does not decompress is an error of the file, never a bad line that
+ * --bad-lines skip would pass over.
+ */
+static int ss_gz_failed(gzFile f, const char *path, uint64_t line)
+{
+	static const char hint[] = "check it with gzip -t; copy it again, or "
+				   "leave it out";
+	char why[200], what[64] = "";
+	int err;
+	const char *msg = gzerror(f, &err), *colon = strstr(msg, ": ");
+
+	if (err == Z_OK)
+		return 0;
+	if (colon) /* zlib's "<fd:3>: " */
+		msg = colon + 2;
+	if (line)
+		snprintf(what, sizeof(what), ", line %llu",
+			 (unsigned long long)line);
+	if (err == Z_MEM_ERROR)
+		return ss_error_set(-ENOMEM, NULL, NULL, "reading '%s'", path);
+	if (err == Z_ERRNO)
+		return ss_error_set(-EIO, msg, NULL, "reading '%s'%s", path,
+				    what);
+	if (err == Z_BUF_ERROR)
+		return ss_error_set(SS_EPARSE,
+				    "the gzip data ends early: a truncated "
+				    "file",
+				    hint, "gzip file '%s'%s", path, what);
+	snprintf(why, sizeof(why), "corrupted gzip data (%s)", msg);
+	return ss_error_set(SS_EPARSE, why, hint, "gzip file '%s'%s", path,
+			    what);
+}
+
+/*
+ * @path ("-": a copy of standard input) open for the gz calls in *@out,
+ * at its byte @at, and whether it is gzip (its first bytes 1f 8b) in
+ * *@gzip: a plain file opened there, the gz calls' positions then
+ * counting from @at; a gzip file decompressed from its start to it, as
+ * the next read comes.  Returns 0, or the error naming the file.
+ */
+static int ss_data_open(const char *path, uint64_t at, gzFile *out, bool *gzip)
+{
+	int fd = ss_is_stdin(path) ? dup(STDIN_FILENO) :
+				     open(path, O_RDONLY | O_CLOEXEC);
+	unsigned char m[2];
+
+	*out = NULL;
+	if (fd < 0)
+		return ss_error_set(-errno, NULL,
+				    "check the path given with --data/--test",
+				    "data file '%s'", path);
+	/* (standard input is only read from where it is: @at is 0) */
+	*gzip = pread(fd, m, 2, 0) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+	if (at && !*gzip && lseek(fd, (off_t)at, SEEK_SET) < 0) {
+		close(fd);
+		return ss_error_set(-errno, NULL, NULL, "seeking in '%s'",
+				    path);
+	}
+	*out = gzdopen(fd, "rb");
+	if (!*out) {
+		close(fd);
+		return ss_error_set(-ENOMEM, NULL, NULL, "data file '%s'",
+				    path);
+	}
+	gzbuffer(*out, SS_GZ_BUFFER);
+	if (at && *gzip && gzseek(*out, (z_off_t)at, SEEK_SET) < 0) {
+		int rc = ss_gz_failed(*out, path, 0) ?:
+				 ss_error_set(-EIO, NULL, NULL,
+					      "seeking in '%s'", path);
+
+		gzclose(*out);
+		*out = NULL;
+		return rc;
+	}
+	return 0;
+}
+
+/* The bytes @f (of @path) has left, read through. */
+static int ss_gz_measure(gzFile f, const char *path, uint64_t *len)
+{
+	char *buf = malloc(SS_GZ_BUFFER);
+	int n;
+
+	*len = 0;
+	if (!buf)
+		return ss_error_set(-ENOMEM, NULL, NULL, "data file '%s'",
+				    path);
+	while ((n = gzread(f, buf, SS_GZ_BUFFER)) > 0)
+		*len += (uint64_t)n;
+	free(buf);
+	return ss_gz_failed(f, path, 0);
+}
+
+/* The gzip files measured, for the process: a file by what stat says. */
+struct ss_gzip_len {
+	struct ss_gzip_len *next;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	uint64_t len;
+};
+static struct ss_gzip_len *ss_gzip_lens;
+static pthread_mutex_t ss_gzip_lens_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Gzip file @path (open as @f, seen as @st)'s length, measured once. */
+static int ss_gzip_length(const char *path, gzFile f, const struct stat *st,
+			  uint64_t *len)
+{
+	struct ss_gzip_len *e;
+	uint64_t start;
+	int rc = 0;
+
+	/* held while measuring: trainers that open the file at once wait
+	 * for one measure */
+	pthread_mutex_lock(&ss_gzip_lens_lock);
+	for (e = ss_gzip_lens; e; e = e->next)
+		if (e->dev == st->st_dev && e->ino == st->st_ino &&
+		    e->size == st->st_size &&
+		    e->mtime.tv_sec == st->st_mtim.tv_sec &&
+		    e->mtime.tv_nsec == st->st_mtim.tv_nsec)
+			break;
+	if (e) {
+		*len = e->len;
+		goto out;
+	}
+	if (st->st_size >= SS_GZ_SAID)
+		ss_log_info("'%s' is gzip: reading it through once for its "
+			    "uncompressed length (%lld MiB compressed)",
+			    path, (long long)(st->st_size >> 20));
+	start = ss_now_ns();
+	rc = ss_gz_measure(f, path, len);
+	if (rc == 0 && st->st_size >= SS_GZ_SAID)
+		ss_log_info("'%s': %llu bytes uncompressed (%.1f s)", path,
+			    (unsigned long long)*len,
+			    (double)(ss_now_ns() - start) / 1e9);
+	e = rc == 0 ? malloc(sizeof(*e)) : NULL;
+	if (e) {
+		*e = (struct ss_gzip_len){ ss_gzip_lens, st->st_dev,
+					   st->st_ino,	 st->st_size,
+					   st->st_mtim,	 *len };
+		ss_gzip_lens = e;
+	}
+out:
+	pthread_mutex_unlock(&ss_gzip_lens_lock);
+	return rc;
+}
+
+int ss_data_size(const char *path, uint64_t *size, bool *gzip)
+{
+	struct stat st;
+	gzFile f = NULL;
+	bool gz = false;
+	int rc = 0;
+
+	*size = ss_is_stdin(path) ? SS_DATA_SIZE_UNKNOWN : 0;
+	if (gzip)
+		*gzip = false;
+	if (ss_is_stdin(path))
+		return 0;
+	if (stat(path, &st) < 0)
+		return ss_error_set(-errno, NULL,
+				    "check the path given with --data/--test",
+				    "data file '%s'", path);
+	/* opened only when it is a file: a FIFO would hold us */
+	if (S_ISREG(st.st_mode) && st.st_size >= 2)
+		rc = ss_data_open(path, 0, &f, &gz);
+	if (rc == 0 && gz)
+		rc = ss_gzip_length(path, f, &st, size);
+	else if (rc == 0)
+		*size = (uint64_t)st.st_size;
+	if (f)
+		gzclose(f);
+	if (gzip)
+		*gzip = gz;
+	return rc;
+}
+
 /*
  * @r on file @i from stream byte @at (in it, or its end): a line that
- * started before @at belongs to the range before.  Returns 0, or -errno
- * naming the file.
+ * started before @at belongs to the range before.  Returns 0, or the
+ * error naming the file.
  */
 static int ss_reader_goto(struct ss_reader *r, int i, uint64_t at)
 {
-	int c;
+	bool gz;
+	int c, rc;
 
 	if (r->f)
-		fclose(r->f);
+		gzclose(r->f);
+	r->f = NULL;
 	r->file = i;
 	r->path = r->files[i];
 	r->base = 0;
 	for (int k = 0; k < i; k++)
 		r->base += r->sizes[k];
-	r->f = fopen(r->path, "r");
-	if (!r->f)
-		return ss_error_set(-errno, NULL,
-				    "check the path given with --data/--test",
-				    "data file '%s'", r->path);
+	/* from the byte before @at: is it the newline ending a line? */
+	r->origin = at > r->base ? at - r->base - 1 : 0;
+	rc = ss_data_open(r->path, r->origin, &r->f, &gz);
+	if (rc < 0)
+		return rc;
+	if (gz)
+		r->origin = 0;
 	r->pos = at;
 	if (at > r->base) {
-		if (fseeko(r->f, (off_t)(at - r->base - 1), SEEK_SET) < 0)
-			return ss_error_set(-errno, NULL, NULL,
-					    "seeking in '%s'", r->path);
 		r->pos = at - 1;
-		while ((c = fgetc(r->f)) != EOF) {
+		while ((c = gzgetc(r->f)) != -1) {
 			r->pos++;
 			if (c == '\n')
 				break;
 		}
+		if (c == -1 && (rc = ss_gz_failed(r->f, r->path, 0)) < 0)
+			return rc;
 	}
 	r->first = r->pos - r->base;
 	r->lines = 0;
@@ -223,11 +432,19 @@ int ss_reader_open_files(struct ss_reader **out, const char *const *paths,
 	struct ss_reader *r;
 	struct stat st;
 	uint64_t total = 0;
-	int i = 0, rc;
+	int i = 0, rc = 0;
 
 	*out = NULL;
 	if (n < 1)
 		return ss_error_set(SS_EUSAGE, "no data files", NULL, "reader");
+	for (int k = 0; k < n; k++)
+		if (ss_is_stdin(paths[k]) && (n > 1 || begin))
+			return ss_error_set(
+				SS_EUSAGE,
+				n > 1 ? "standard input is read alone" :
+					"standard input is read from its start",
+				"give files to read several, or parts",
+				"data file '-'");
 	r = calloc(1, sizeof(*r));
 	if (r) {
 		r->files = calloc((size_t)n, sizeof(*r->files));
@@ -240,28 +457,30 @@ int ss_reader_open_files(struct ss_reader **out, const char *const *paths,
 		ss_reader_close(&r);
 		return ss_error_set(-ENOMEM, NULL, NULL, "reader");
 	}
-	for (int k = 0; k < n; k++) {
-		if (!(r->files[k] = strdup(paths[k]))) {
-			ss_reader_close(&r);
-			return ss_error_set(-ENOMEM, NULL, NULL, "reader");
-		}
-		if (stat(paths[k], &st) < 0) {
+	for (int k = 0; k < n && rc == 0; k++) {
+		r->sizes[k] = SS_DATA_SIZE_UNKNOWN;
+		if (!(r->files[k] = strdup(paths[k])))
+			rc = ss_error_set(-ENOMEM, NULL, NULL, "reader");
+		/* the lengths of the files before the one @begin is in (the
+		 * last one at the end); the others are measured as they are
+		 * read, a gzip file's not decompressed twice */
+		else if (k == i && begin > total) {
+			rc = ss_data_size(paths[k], &r->sizes[k], NULL);
+			if (rc == 0 && begin >= total + r->sizes[k] &&
+			    k + 1 < n)
+				i = k + 1;
+			total += r->sizes[k];
+		} else if (!ss_is_stdin(paths[k]) && stat(paths[k], &st) < 0) {
 			rc = ss_error_set(-errno, NULL,
 					  "check the path given with "
 					  "--data/--test",
 					  "data file '%s'", paths[k]);
-			ss_reader_close(&r);
-			return rc;
 		}
-		r->sizes[k] = (uint64_t)st.st_size;
-		/* the file @begin is in (the last one at the end) */
-		if (begin >= total + r->sizes[k] && k + 1 < n)
-			i = k + 1;
-		total += r->sizes[k];
 	}
 	r->end = end;
 	r->policy = policy;
-	rc = ss_reader_goto(r, i, begin);
+	if (rc == 0)
+		rc = ss_reader_goto(r, i, begin);
 	if (rc < 0) {
 		ss_reader_close(&r);
 		return rc;
@@ -285,20 +504,31 @@ int ss_reader_open(struct ss_reader **out, const char *path, uint64_t begin,
 static uint64_t ss_line_number(struct ss_reader *r)
 {
 	uint64_t n = 0, pos = 0;
-	FILE *f;
-	int c;
+	gzFile f;
+	char *buf;
+	bool gz;
+	int got = 0;
 
 	if (r->first == 0)
 		return r->lines;
-	f = fopen(r->path, "r");
-	if (!f)
+	buf = malloc(SS_GZ_BUFFER);
+	if (!buf || ss_data_open(r->path, 0, &f, &gz) < 0) {
+		free(buf);
 		return 0;
-	while (pos < r->first && (c = fgetc(f)) != EOF) {
-		pos++;
-		n += c == '\n';
 	}
-	fclose(f);
-	return n + r->lines;
+	while (pos < r->first &&
+	       (got = gzread(f, buf,
+			     (unsigned)(r->first - pos < SS_GZ_BUFFER ?
+						r->first - pos :
+						SS_GZ_BUFFER))) > 0) {
+		for (char *p = buf;
+		     (p = memchr(p, '\n', (size_t)(buf + got - p))); p++)
+			n++;
+		pos += (uint64_t)got;
+	}
+	gzclose(f);
+	free(buf);
+	return got < 0 ? 0 : n + r->lines;
 }
 
 /* Double the line buffer, up to SS_MAX_LINE + 2 bytes. */
@@ -316,59 +546,83 @@ static int ss_grow_line(struct ss_reader *r)
 }
 
 /*
+ * The error of @r's file (ss_gz_failed()) at the line after the last one
+ * read, 0 when there is none.
+ */
+static int ss_reader_failed(struct ss_reader *r)
+{
+	uint64_t n;
+	int err;
+
+	gzerror(r->f, &err);
+	if (err == Z_OK)
+		return 0;
+	/* a range that starts mid-file has a newline before it: 0 lines
+	 * before it is a count that failed */
+	n = ss_line_number(r);
+	return ss_gz_failed(r->f, r->path, r->first && !n ? 0 : n + 1);
+}
+
+/*
  * The next line into r->line, without its newline, NUL-terminated, NUL
  * bytes in it kept; @bytes: what it took of the file, the newline
- * included (0 at the end).  fgets, fast, does it: a line that ends in its
+ * included (0 at the end).  gzgets, fast, does it: a line that ends in its
  * newline holds no NUL (strlen would stop there).  Any other (the file's
  * last, one that fills the buffer, one with a NUL byte that hides the
  * rest from strlen) is measured by the stream's position, the buffer
  * doubling while the line fills it.  A line longer than SS_MAX_LINE is
- * read to its end and comes out as SS_MAX_LINE + 1 long.  Returns the
- * length, or -EIO on a read error, -ENOMEM.
+ * read to its end and comes out as SS_MAX_LINE + 1 long.  A line that
+ * does not end in its newline is the file's last only when zlib met no
+ * error: a truncated gzip file's last piece is no line.  Returns the
+ * length, or an error with its detail (ss_reader_failed(), -ENOMEM).
  */
 static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 {
 	size_t len;
-	off_t at;
+	z_off_t at;
 	int c, rc;
 
 	*bytes = 0;
-	if (!fgets(r->line, (int)r->cap, r->f))
-		return ferror(r->f) ? -EIO : 0;
+	if (!gzgets(r->f, r->line, (int)r->cap))
+		return ss_reader_failed(r);
 	len = strlen(r->line);
 	if (len > 0 && r->line[len - 1] == '\n') {
 		*bytes = len;
 		return (ssize_t)len - 1;
 	}
 	for (;;) {
-		at = ftello(r->f);
+		at = gztell(r->f);
 		if (at < 0)
-			return -EIO;
-		len = (size_t)((uint64_t)at - (r->pos - r->base));
+			return ss_reader_failed(r) ?:
+				       ss_error_set(-EIO, NULL, NULL,
+						    "reading '%s'", r->path);
+		len = (size_t)(r->origin + (uint64_t)at - (r->pos - r->base));
 		/* ended by its newline or the file's end, or too long */
 		if ((len > 0 && r->line[len - 1] == '\n') || len < r->cap - 1 ||
 		    r->cap == SS_MAX_LINE + 2)
 			break;
 		rc = ss_grow_line(r);
 		if (rc < 0)
-			return rc;
-		if (!fgets(r->line + len, (int)(r->cap - len), r->f)) {
-			if (ferror(r->f))
-				return -EIO;
+			return ss_error_set(rc, NULL, NULL, "reading '%s'",
+					    r->path);
+		if (!gzgets(r->f, r->line + len, (int)(r->cap - len)))
 			break; /* the file ends where the buffer did */
-		}
 	}
 	*bytes = len;
 	if (len > 0 && r->line[len - 1] == '\n') {
 		r->line[--len] = '\0';
-	} else if (len > SS_MAX_LINE) {
-		while ((c = fgetc(r->f)) != EOF) {
+		return (ssize_t)len;
+	}
+	if (len > SS_MAX_LINE) {
+		while ((c = gzgetc(r->f)) != -1) {
 			++*bytes;
 			if (c == '\n')
 				break;
 		}
 	}
-	return (ssize_t)len;
+	/* the reading may have stopped at an error, not at the end */
+	rc = ss_reader_failed(r);
+	return rc < 0 ? rc : (ssize_t)len;
 }
 
 /*
@@ -411,12 +665,14 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 		 * past and reported */
 		len = ss_read_line(r, &bytes);
 		if (len < 0)
-			return ss_error_set((int)len, NULL, NULL,
-					    "reading '%s'", r->path);
+			return (int)len;
 		/* this file's end: the next one's first line, if any */
 		if (bytes == 0 && r->file + 1 < r->n_files) {
-			int rc = ss_reader_goto(r, r->file + 1,
-						r->base + r->sizes[r->file]);
+			int rc;
+
+			/* measured by reading it */
+			r->sizes[r->file] = r->pos - r->base;
+			rc = ss_reader_goto(r, r->file + 1, r->pos);
 
 			if (rc < 0)
 				return rc;
@@ -477,7 +733,7 @@ void ss_reader_close(struct ss_reader **reader)
 		return;
 	r = *reader;
 	if (r->f)
-		fclose(r->f);
+		gzclose(r->f);
 	free(r->line);
 	for (int k = 0; r->files && k < r->n_files; k++)
 		free(r->files[k]);

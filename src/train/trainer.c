@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/options.h"
 #include "shadowsync/shadowsync.h"
@@ -593,7 +592,6 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 {
 	struct ss_trainer *t;
 	pthread_t *threads;
-	struct stat st;
 	uint64_t begin = o->begin, end = o->end, start = ss_now_ns(), size = 0;
 	struct ss_optim optim = { .kind = o->optimizer,
 				  .lr = o->lr,
@@ -616,13 +614,22 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 				    SS_TRAIN_MAX_PREFETCH);
 	for (int i = 0; i < (o->n_data_files ? o->n_data_files : 1); i++) {
 		const char *path = o->n_data_files ? o->data_files[i] : o->data;
+		uint64_t len;
 
-		if (stat(path, &st) < 0)
-			return ss_error_set(-errno, NULL,
-					    "check the --data path",
-					    "data file '%s'", path);
-		size += (uint64_t)st.st_size;
+		rc = ss_data_size(path, &len, NULL);
+		if (rc < 0)
+			return rc;
+		size = len == SS_DATA_SIZE_UNKNOWN ? len : size + len;
 	}
+	/* standard input: its bytes are not known, nor read twice */
+	if (size == SS_DATA_SIZE_UNKNOWN &&
+	    (o->threads > 1 || o->epochs > 1 || o->next_range || o->resuming ||
+	     o->begin))
+		return ss_error_set(SS_EUSAGE,
+				    "it is read once, from its start",
+				    "one trainer, one epoch, no chunks and no "
+				    "resume read it; or give a file",
+				    "data '-' (standard input)");
 	if (!end || end > size)
 		end = size;
 	rc = ss_train_control_setup(ctl, o, begin, end);

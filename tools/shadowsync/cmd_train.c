@@ -98,6 +98,8 @@ int ss_cmd_train(int argc, char **argv)
 	 * before the sync engine is made */
 	if (rc == 0 && c.resume)
 		rc = ss_train_resume_plan(&c, c.data_size);
+	if (rc == 0)
+		rc = ss_train_check_split(&c);
 	if (rc < 0)
 		goto out;
 	/* sharded: the replica is the MLPs, the tables live in the shards */
@@ -388,8 +390,9 @@ int ss_cmd_train(int argc, char **argv)
 		ss_log_warn("stopped by %s after %" PRIu64 " examples%s%s",
 			    strsignal(ss_train_stop_signal()),
 			    c.resumed + res.examples,
-			    c.save ? "; to go on: --resume " : "",
-			    c.save ? c.save : "");
+			    c.save && !c.stdin_data ? "; to go on: --resume " :
+						      "",
+			    c.save && !c.stdin_data ? c.save : "");
 	if (rc == 0 && c.test && !ss_train_stop_signal()) {
 		eval_rc =
 			ss_evaluate(&c.model, params, c.table, c.test,

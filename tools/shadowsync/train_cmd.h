@@ -76,7 +76,11 @@ struct ss_train_cmd {
 	struct ss_train_range *resume_ranges; /* its record's, @n_resume */
 	int n_resume;
 	uint64_t resume_claimed; /* its chunks handed out */
-	uint64_t data_size; /* --data's bytes, all its files' */
+	/* --data's bytes, all its files' (a gzip file's uncompressed); 0
+	 * for standard input, whose length is not known */
+	uint64_t data_size;
+	const char *gzip; /* a --data file that is gzip; NULL: none */
+	bool stdin_data; /* --data -: standard input */
 	char **data_files; /* --data's files, globs expanded, in order */
 	int n_data;
 	struct ss_train_control *control; /* stops trainers, says where */
@@ -143,10 +147,18 @@ const char *ss_checkpoint_path(const struct ss_train_cmd *c, const char *path,
 /*
  * ss_train_check_paths() - before training: --data's files and --test
  * are non-empty regular files we can read (the first --data's stat in
- * @data, all their bytes in @c->data_size), --load
+ * @data, all their bytes in @c->data_size, a gzip one in @c->gzip), or
+ * --data - alone with the options standard input allows, --load
  * is readable, --save's folder is writable.
  */
 int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data);
+
+/*
+ * ss_train_check_split() - with gzip --data (once the split is known,
+ * a resumed run's too): static, the split it takes when none is given;
+ * dynamic, --chunk-size and --shuffle refused.
+ */
+int ss_train_check_split(struct ss_train_cmd *c);
 
 /*
  * ss_train_nothing_trained() - this rank trained no example: an error

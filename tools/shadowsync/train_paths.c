@@ -34,7 +34,11 @@ static int ss_check_readable(const char *option, const char *path,
 /* @path is a regular file we can open for reading; its size in @st. */
 static int ss_check_input(const char *option, const char *path, struct stat *st)
 {
-	int rc = ss_check_readable(option, path, "check the path", st);
+	int rc = strcmp(path, "-") == 0 ?
+			 ss_error_set(SS_EUSAGE,
+				      "standard input is read as --data only",
+				      "give a file", "%s -", option) :
+			 ss_check_readable(option, path, "check the path", st);
 
 	if (rc < 0)
 		return rc;
@@ -137,19 +141,123 @@ static bool ss_is_data(const struct ss_train_cmd *c, const char *path)
 	return false;
 }
 
+/*
+ * --data -: standard input, read once from its start by one trainer, its
+ * length unknown till its end: what needs more is refused (@c->threads 1
+ * when not given).
+ */
+static int ss_check_stdin(struct ss_train_cmd *c)
+{
+	const char *why = NULL, *hint = "give a file (a gzip file is read as "
+					"it is)";
+	char opt[64] = "";
+
+	if (c->n_data > 1) {
+		snprintf(opt, sizeof(opt), "other --data files");
+		why = "standard input is the only data file";
+	} else if (c->fabric.world > 1 || c->train.epochs > 1) {
+		if (c->fabric.world > 1)
+			snprintf(opt, sizeof(opt), "%d ranks", c->fabric.world);
+		else
+			snprintf(opt, sizeof(opt), "--epochs %d",
+				 c->train.epochs);
+		why = "standard input is read once, by one rank";
+	} else if (c->resume) {
+		snprintf(opt, sizeof(opt), "--resume");
+		why = "standard input cannot be read again from where the run "
+		      "stopped";
+		hint = "resume runs on files; a checkpoint of a run on "
+		       "standard input loads (--load) and evaluates (eval)";
+	} else if (c->shuffle || c->split == 0 || c->chunk_given) {
+		snprintf(opt, sizeof(opt), "%s",
+			 c->shuffle	? "--shuffle" :
+			 c->chunk_given ? "--chunk-size" :
+					  "--data-split dynamic");
+		why = "standard input is read in order, not by chunks";
+	} else if (c->train.lr_schedule != SS_LR_CONSTANT) {
+		snprintf(opt, sizeof(opt), "--lr-schedule %s",
+			 ss_lr_schedule_name(c->train.lr_schedule));
+		why = "the schedule needs the data's length, which standard "
+		      "input does not tell before its end";
+		hint = "give a file, or keep the rate constant (--warmup "
+		       "works)";
+	} else if (c->threads > 1) {
+		snprintf(opt, sizeof(opt), "--threads %ld", c->threads);
+		why = "standard input is read by one trainer";
+		hint = "drop --threads, or give a file";
+	}
+	if (why)
+		return ss_error_set(SS_EUSAGE, why, hint, "--data - with %s",
+				    opt);
+	c->threads = 1;
+	return 0;
+}
+
+/*
+ * Gzip --data files are read by a fixed share a rank (static): a chunk
+ * of one is reached by decompressing the file from its start, each
+ * claim a pass.  The split gzip takes when none is given; dynamic, chunk
+ * sizes and --shuffle (chunks) refused, naming the file.
+ */
+static int ss_check_gzip_split(struct ss_train_cmd *c, const char *gzip)
+{
+	if (c->split == 0 || c->chunk_given || c->shuffle)
+		return ss_error_set(
+			SS_EUSAGE,
+			"a chunk of a gzip file is reached by decompressing "
+			"it from its start: each claim would be a pass",
+			c->shuffle     ? "decompress it (gunzip), or drop "
+					 "--shuffle" :
+			c->chunk_given ? "decompress it (gunzip), or drop "
+					 "--chunk-size" :
+					 "decompress it (gunzip), or give "
+					 "--data-split static (each rank "
+					 "decompresses it to its share)",
+			"%s with gzip file '%s'",
+			c->shuffle     ? "--shuffle" :
+			c->chunk_given ? "--chunk-size" :
+			c->split_given ? "--data-split dynamic" :
+					 "a resumed dynamic split",
+			gzip);
+	if (c->split < 0 && c->fabric.world > 1)
+		ss_log_info("data: gzip file '%s': each rank reads its fixed "
+			    "1/%d (--data-split static), decompressing it "
+			    "from its start",
+			    gzip, c->fabric.world);
+	c->split = 1;
+	return 0;
+}
+
+int ss_train_check_split(struct ss_train_cmd *c)
+{
+	return c->gzip ? ss_check_gzip_split(c, c->gzip) : 0;
+}
+
 int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data)
 {
 	char buf[4096];
 	struct stat test, st;
 	const char *path, *why = NULL;
+	uint64_t len;
+	bool gz;
 	int rc = 0;
 
-	/* each file of the stream; @data the first's, the size all of them */
+	/* each file of the stream; @data the first's, the size all of them
+	 * (a gzip file's uncompressed); standard input's is not known: 0 */
 	c->data_size = 0;
-	for (int i = 0; rc == 0 && i < c->n_data; i++) {
+	c->gzip = NULL;
+	c->stdin_data = false;
+	for (int i = 0; i < c->n_data; i++)
+		c->stdin_data |= strcmp(c->data_files[i], "-") == 0;
+	if (c->stdin_data)
+		rc = ss_check_stdin(c);
+	for (int i = 0; rc == 0 && !c->stdin_data && i < c->n_data; i++) {
 		rc = ss_check_input("--data", c->data_files[i], i ? &st : data);
-		c->data_size +=
-			rc == 0 ? (uint64_t)(i ? st : *data).st_size : 0;
+		if (rc == 0)
+			rc = ss_data_size(c->data_files[i], &len, &gz);
+		c->data_size += rc == 0 ? len : 0;
+		if (rc == 0 && gz && !c->gzip)
+			c->gzip = c->data_files[i];
 	}
 
 	if (rc == 0 && c->test)

@@ -250,6 +250,7 @@ _PROTOS = [
     ("ss_table_init_row", None, c_uint64, c_int, c_uint32, c_int, c_float,
      POINTER(c_float)),
     # train: the reader, the model's row ids, the metrics
+    ("ss_data_size", c_int, c_char_p, POINTER(c_uint64), c_void_p),
     ("ss_reader_open", c_int, PP, c_char_p, c_uint64, c_uint64, c_int),
     ("ss_reader_next", c_int, P, POINTER(Example)),
     ("ss_reader_close", None, PP),

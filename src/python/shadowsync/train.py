@@ -7,7 +7,6 @@ calibration).  So a PyTorch model trains on exactly the examples and rows
 that `shadowsync train` would.
 """
 import ctypes
-import os
 
 import numpy as np
 
@@ -59,12 +58,20 @@ class Examples:
         return arr
 
 
+def data_size(path):
+    """The bytes of @path the reader's ranges count: a plain file's size,
+    a gzip file's uncompressed length (read through once a process)."""
+    size = ctypes.c_uint64()
+    check(_lib.data_size(path.encode(), ctypes.byref(size), None))
+    return size.value
+
+
 def read(path, rank=0, world=1, limit=0, block=8192):
-    """The examples of @path whose lines start in rank @rank's 1/@world of
-    its bytes (the C trainer's static split: every line read by exactly
-    one rank), at most @limit (0: all).  A malformed line is an error
-    naming the file and the line."""
-    size = os.path.getsize(path)
+    """The examples of @path (plain or gzip) whose lines start in rank
+    @rank's 1/@world of its bytes (the C trainer's static split: every
+    line read by exactly one rank), at most @limit (0: all).  A malformed
+    line is an error naming the file and the line."""
+    size = data_size(path)
     return read_range(path, size * rank // world, size * (rank + 1) // world,
                       limit, block)
 
@@ -78,8 +85,8 @@ def chunks(path, sync=None, world=1, epochs=1, chunk_size=0):
     k = _lib.Chunks()
     if sync is not None:
         k.sync = sync.handle
-    _lib.chunks_plan(ctypes.byref(k), os.path.getsize(path), world,
-                     chunk_size, epochs)
+    _lib.chunks_plan(ctypes.byref(k), data_size(path), world, chunk_size,
+                     epochs)
     begin, end = ctypes.c_uint64(), ctypes.c_uint64()
     while check(_lib.chunks_next(ctypes.byref(k), ctypes.byref(begin),
                                  ctypes.byref(end))):
