@@ -351,5 +351,6 @@ Test(cmd_eval, tables_of_several_sizes)
 			 "echo '3 4 x' > bad.txt && $S train --data test.txt "
 			 "--hash-size @bad.txt 2>&1"),
 		     2, "%s", out);
-	cr_assert(strstr(out, "bad.txt:1: 'x'"), "%s", out);
+	cr_assert(strstr(out, "bad.txt:1 'x': not a decimal integer"), "%s",
+		  out);
 }

@@ -1,6 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* What the subcommands' option parsers share. */
-#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -59,35 +58,29 @@ int ss_cmd_no_more_args(int argc, char **argv)
 static int ss_hash_sizes_scan(const char *where, const char *text,
 			      uint32_t *rows, int *n)
 {
-	static const char hint[] =
-		"give one number of rows for every table, or 26 of them, "
-		"one a table: --hash-size 100000, --hash-size 3,500,... or "
-		"--hash-size @FILE";
 	const char *p = text;
 
 	while (*p && *p != '#') {
-		char *end;
+		char token[32];
+		size_t len = strcspn(p, ", \t\r\n#");
 		long v;
+		int rc;
 
-		if (*p == ',' || isspace((unsigned char)*p)) {
+		if (len == 0) {
 			p++;
 			continue;
 		}
-		errno = 0;
-		v = strtol(p, &end, 10);
-		if (end == p || errno || v < 1 || v > 1L << 30 ||
-		    (*end && *end != ',' && *end != '#' &&
-		     !isspace((unsigned char)*end)))
-			return ss_error_set(SS_EUSAGE,
-					    "not a number of rows from 1 to "
-					    "2^30",
-					    hint, "%s: '%.*s'", where,
-					    (int)strcspn(p, ", \t\n#"), p);
+		snprintf(token, sizeof(token), "%.*s", (int)len, p);
+		rc = ss_parse_long(where, token, 1, 1L << 30, &v);
+		if (rc < 0)
+			return rc;
 		if (*n == SS_SPARSE)
 			return ss_error_set(SS_EUSAGE, "more than 26 numbers",
-					    hint, "%s", where);
+					    "one number for every table, or one "
+					    "a table",
+					    "%s", where);
 		rows[(*n)++] = (uint32_t)v;
-		p = end;
+		p += len;
 	}
 	return 0;
 }
@@ -117,7 +110,7 @@ static int ss_hash_size_parse(const char *option, const char *text,
 					    "%s: file '%s'", option, text + 1);
 		for (int no = 1; rc == 0 && fgets(line, sizeof(line), f);
 		     no++) {
-			snprintf(where, sizeof(where), "%s: %s:%d", option,
+			snprintf(where, sizeof(where), "%s %s:%d", option,
 				 text + 1, no);
 			rc = ss_hash_sizes_scan(where, line, rows, &n);
 		}
