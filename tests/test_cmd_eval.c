@@ -119,27 +119,41 @@ Test(cmd_eval, gzip_and_standard_input_read_as_the_plain_file)
  * rank 0 gave at the end of training (its MLPs, every row from its
  * owner), and predict one probability an example.
  */
-Test(cmd_eval, a_sharded_models_files_are_read_together)
+/*
+ * Two ranks of @model train with sharded tables and save their shards;
+ * eval reads them together: rank 0's held-out NE at the end of training
+ * (into @evaluated, eval's JSON; @rank0, that rank's summary).
+ */
+static void sharded_eval_is_rank0s(const char *model, char *evaluated,
+				   size_t size, char *trained, size_t tsize,
+				   const char **rank0)
 {
-	char trained[16384], evaluated[4096], out[4096];
-	const char *rank0;
 	int port = ranks_port_base();
 
-	cr_assert_eq(run(trained, sizeof(trained),
+	cr_assert_eq(run(trained, tsize,
 			 "$S launch -n 2 --port %d --json -- train --data "
-			 "train.txt --test test.txt " MODEL " --threads 1 "
+			 "train.txt --test test.txt %s --threads 1 "
 			 "--progress 0 --save 's.{rank}' 2>/dev/null",
-			 port),
+			 port, model),
 		     0, "%s", trained);
-	rank0 = strstr(trained, "{\"rank\":0");
-	cr_assert_not_null(rank0, "%s", trained);
-	cr_assert_eq(run(evaluated, sizeof(evaluated),
+	*rank0 = strstr(trained, "{\"rank\":0");
+	cr_assert_not_null(*rank0, "%s", trained);
+	cr_assert_eq(run(evaluated, size,
 			 "$S eval --load 's.{rank}' --data test.txt --json "
 			 "2>&1"),
 		     0, "%s", evaluated);
 	cr_assert_float_eq(cmd_json_number(evaluated, "ne"),
-			   cmd_json_number(rank0, "test_ne"), 1e-6, "%s\n%s",
-			   rank0, evaluated);
+			   cmd_json_number(*rank0, "test_ne"), 1e-6, "%s\n%s",
+			   *rank0, evaluated);
+}
+
+Test(cmd_eval, a_sharded_models_files_are_read_together)
+{
+	char trained[16384], evaluated[4096], out[4096];
+	const char *rank0;
+
+	sharded_eval_is_rank0s(MODEL, evaluated, sizeof(evaluated), trained,
+			       sizeof(trained), &rank0);
 	cr_assert_float_eq(cmd_json_number(evaluated, "auc"),
 			   cmd_json_number(rank0, "test_auc"), 1e-6);
 	cr_assert_eq(
@@ -309,24 +323,10 @@ Test(cmd_eval, tables_of_several_sizes)
 {
 	char trained[16384], evaluated[4096], out[8192];
 	const char *rank0;
-	int port = ranks_port_base();
 
-	cr_assert_eq(run(trained, sizeof(trained),
-			 "$S launch -n 2 --port %d --json -- train --data "
-			 "train.txt --test test.txt " SMALL_MLPS
-			 " --hash-size " SIZES " --threads 1 --progress 0 "
-			 "--save 's.{rank}' 2>/dev/null",
-			 port),
-		     0, "%s", trained);
-	rank0 = strstr(trained, "{\"rank\":0");
-	cr_assert_not_null(rank0, "%s", trained);
-	cr_assert_eq(run(evaluated, sizeof(evaluated),
-			 "$S eval --load 's.{rank}' --data test.txt --json "
-			 "2>&1"),
-		     0, "%s", evaluated);
-	cr_assert_float_eq(cmd_json_number(evaluated, "ne"),
-			   cmd_json_number(rank0, "test_ne"), 1e-6, "%s\n%s",
-			   rank0, evaluated);
+	sharded_eval_is_rank0s(SMALL_MLPS " --hash-size " SIZES, evaluated,
+			       sizeof(evaluated), trained, sizeof(trained),
+			       &rank0);
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S export --load 's.{rank}' --out e >/dev/null && "
 			 "grep '\"rows\"' e/model.json && "

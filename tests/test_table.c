@@ -312,30 +312,32 @@ static int body_sizes(struct ss_table *t, int rank, struct job *job)
 	return 0;
 }
 
-Test(table, tables_of_several_sizes_each_spread_and_updated, .timeout = 150)
+/* Two ranks run @body on @tables tables of ROWS rows (@table_rows: of
+ * those), updated by @update. */
+static void push_test_of(int (*body)(struct ss_table *, int, struct job *),
+			 int tables, const uint32_t *table_rows,
+			 enum ss_table_update update)
 {
-	struct job job = { .world = 2, .body = body_sizes };
+	struct job job = { .world = 2, .body = body };
 
 	ss_table_options_init(&job.opts);
-	job.opts.tables = 3;
-	job.opts.table_rows = sizes;
-	job.opts.width = WIDTH;
-	job.opts.update = SS_TABLE_ADAGRAD;
-	job.opts.max_rows = 64;
-	run(&job);
-}
-
-static void push_test(enum ss_table_update update)
-{
-	struct job job = { .world = 2, .body = body_push };
-
-	ss_table_options_init(&job.opts);
-	job.opts.tables = 2;
+	job.opts.tables = tables;
 	job.opts.rows = ROWS;
+	job.opts.table_rows = table_rows;
 	job.opts.width = WIDTH;
 	job.opts.update = update;
 	job.opts.max_rows = 64;
 	run(&job);
+}
+
+Test(table, tables_of_several_sizes_each_spread_and_updated, .timeout = 150)
+{
+	push_test_of(body_sizes, 3, sizes, SS_TABLE_ADAGRAD);
+}
+
+static void push_test(enum ss_table_update update)
+{
+	push_test_of(body_push, 2, NULL, update);
 }
 
 Test(table, a_pushed_row_reads_back_as_a_local_sgd_step_makes_it,

@@ -75,10 +75,11 @@ static int ss_hash_sizes_scan(const char *where, const char *text,
 		if (rc < 0)
 			return rc;
 		if (*n == SS_SPARSE)
-			return ss_error_set(SS_EUSAGE, "more than 26 numbers",
-					    "one number for every table, or one "
-					    "a table",
-					    "%s", where);
+			return ss_error_set(
+				SS_EUSAGE, "more than 26 numbers",
+				"one number for every table, or one "
+				"a table",
+				"%s", where);
 		rows[(*n)++] = (uint32_t)v;
 		p += len;
 	}
