@@ -210,6 +210,22 @@ static int check_rows(struct ss_table *t, int rank, const uint64_t *ids, int n,
 	return 0;
 }
 
+/* The 40 rows of @ids as they start, pushed three times (@g: room for
+ * their gradients), and as one node's steps make them. */
+static int push_three_times(struct ss_table *t, int rank, const uint64_t *ids,
+			    float *g)
+{
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 0), "at the start");
+	for (int k = 0; k < 3; k++) {
+		for (int i = 0; i < 40; i++)
+			gradient(ids[i], k, g + i * WIDTH);
+		rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
+		rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
+	}
+	rank_fail_if(rank, check_rows(t, rank, ids, 40, 3), "after 3 pushes");
+	return 0;
+}
+
 /* Rank 0 pushes, rank 1 serves; both end together. */
 static int body_push(struct ss_table *t, int rank, struct job *job)
 {
@@ -229,14 +245,7 @@ static int body_push(struct ss_table *t, int rank, struct job *job)
 	}
 	rank_fail_if(rank, remote < 10 || remote > 30,
 		     "%d of 40 rows on rank 1: owners not spread", remote);
-	rank_fail_if(rank, check_rows(t, rank, ids, 40, 0), "at the start");
-	for (int k = 0; k < 3; k++) {
-		for (int i = 0; i < 40; i++)
-			gradient(ids[i], k, g + i * WIDTH);
-		rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
-		rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
-	}
-	rank_fail_if(rank, check_rows(t, rank, ids, 40, 3), "after 3 pushes");
+	rank_fail_if(rank, push_three_times(t, rank, ids, g), "pushing");
 	struct ss_table_stats st;
 
 	ss_table_stats(t, &st);
@@ -296,14 +305,7 @@ static int body_sizes(struct ss_table *t, int rank, struct job *job)
 		return wait_phase(job->sh, 1) ? 0 : -1;
 	for (int i = 0; i < 40; i++)
 		ids[i] = i < 3 ? (uint64_t)i : all - 1 - (uint64_t)i * 13 % all;
-	rank_fail_if(rank, check_rows(t, rank, ids, 40, 0), "at the start");
-	for (int k = 0; k < 3; k++) {
-		for (int i = 0; i < 40; i++)
-			gradient(ids[i], k, g + i * WIDTH);
-		rank_fail_if(rank, ss_table_push(t, 0, ids, g, 40), "push");
-		rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
-	}
-	rank_fail_if(rank, check_rows(t, rank, ids, 40, 3), "after 3 pushes");
+	rank_fail_if(rank, push_three_times(t, rank, ids, g), "pushing");
 	ids[0] = all;
 	rank_fail_if(rank, ss_table_push(t, 0, ids, g, 1) != -EINVAL,
 		     "id %llu past the last table taken",
