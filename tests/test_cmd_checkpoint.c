@@ -340,7 +340,9 @@ Test(cmd_checkpoint, shards_reshard_4_to_2_to_4_exactly)
  * The shard of a job of one rank (reshard --new-ranks 1 makes it) holds
  * every row, in its permutation's order: a plain --load takes it as the
  * whole model, rows in their places, and trains on as the one-rank
- * sharded job that loads it does.
+ * sharded job that loads it does.  reshard takes the model and the job's
+ * size from the shards and writes them into the new ones: eval reads
+ * the new set as the old; model options that differ are refused.
  */
 Test(cmd_checkpoint, the_shard_of_a_job_of_one_loads_as_the_whole_model)
 {
@@ -351,10 +353,24 @@ Test(cmd_checkpoint, the_shard_of_a_job_of_one_loads_as_the_whole_model)
 			 "$S launch -n 2 --port %d -- train --data a.txt " MODEL
 			 " --threads 1 --progress 0 --tables sharded "
 			 "--save 's.{rank}' 2>&1 && "
-			 "$S reshard --from 's.{rank}' --ranks 2 --to "
-			 "'w.{rank}' --new-ranks 1 " MODEL " 2>&1",
+			 "$S reshard --from 's.{rank}' --to 'w.{rank}' "
+			 "--new-ranks 1 2>&1 && "
+			 "$S eval --load 's.{rank}' --data test.txt && "
+			 "$S eval --load 'w.{rank}' --data test.txt",
 			 port),
 		     0, "%s", out);
+	whole[0] = '\0';
+	sscanf(strstr(out, "examples: NE") ? strstr(out, "examples: NE") : "",
+	       "%1023[^\n]", whole);
+	cr_assert(whole[0] && strstr(strstr(out, whole) + 1, whole),
+		  "the resharded set evaluates as the old one:\n%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S reshard --from 's.{rank}' --to 'x.{rank}' "
+			 "--new-ranks 1 --hash-size 3000 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "the model options are not the model its "
+			      "shards hold"),
+		  "%s", out);
 	cr_assert_eq(run(out, sizeof(out),
 			 "$S train --data b.txt " TRAIN
 			 " --tables sharded --load 'w.{rank}' --save "
@@ -380,5 +396,6 @@ Test(cmd_checkpoint, the_shard_of_a_job_of_one_loads_as_the_whole_model)
 			 "$S train --data b.txt " TRAIN
 			 " --tables replicated --resume w.0 2>&1"),
 		     2, "%s", out);
-	cr_assert(strstr(out, "it holds no place in the data"), "%s", out);
+	cr_assert(strstr(out, "no place in the data (reshard wrote it)"), "%s",
+		  out);
 }

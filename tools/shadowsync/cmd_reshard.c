@@ -8,7 +8,10 @@
  * does not depend on N: so the rows move by r' alone, without their ids.
  * The MLPs (and their accumulators) come from shard 0.  The examples the
  * old shards had seen are shared out among the new ones, so that their
- * sum stays the job's.
+ * sum stays the job's.  The model and the old job's size come from the
+ * record train keeps in its checkpoints (shard 0's); each new shard gets
+ * one too, of the model alone (no place in the data: a resume refuses
+ * it), so that eval, predict, export and reshard read the new set.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -24,18 +27,20 @@ static const char ss_reshard_prog[] = "shadowsync reshard";
 static void ss_reshard_usage(FILE *out)
 {
 	fprintf(out,
-		"usage: shadowsync reshard --from PATH --ranks N --to PATH --new-ranks M\n"
+		"usage: shadowsync reshard --from PATH --to PATH --new-ranks M [--ranks N]\n"
 		"                          [--emb-dim N] [--bottom SIZES] [--top SIZES]\n"
 		"                          [--hash-size N]\n"
 		"\n"
 		"Re-divide the shard checkpoints of a job of N ranks (train --tables\n"
 		"sharded --save 'PATH.{rank}') among M ranks, for a job of another size\n"
-		"to --load.  PATH contains {rank}; every old file is read, every new one\n"
-		"written atomically.  The model options must be those of the job that\n"
-		"saved them.  Memory: the whole model (its N files) at once.\n"
+		"to --load (or eval, predict, export).  PATH contains {rank}; every old\n"
+		"file is read, every new one written atomically.  The shards say their\n"
+		"model and their job's size; shards of an older version do not: then\n"
+		"give --ranks and the model options of the job that saved them.\n"
+		"Memory: the whole model (its N files) at once.\n"
 		"\n"
 		"  --from PATH            the old shards, {rank} for the rank\n"
-		"  --ranks N              how many there are\n"
+		"  --ranks N              how many there are (default: as they say)\n"
 		"  --to PATH              the new shards, {rank} for the rank\n"
 		"  --new-ranks M          how many to write\n"
 		"  --emb-dim, --bottom, --top, --hash-size   as for train\n"
@@ -111,11 +116,56 @@ static int ss_reshard_no_overlap(const char *from, long ranks, const char *to,
 	return rc;
 }
 
+/*
+ * The model and the job's size of the shards of @from, from shard 0's
+ * record: into @m (given options must agree) and *@ranks (unless given).
+ * Shards of an older version have no record: then the options say.
+ */
+static int ss_reshard_what(const char *from, bool model_given,
+			   struct ss_model_config *m, long *ranks)
+{
+	struct ss_model_config said;
+	char path[4096];
+	int tables, world, rc;
+
+	ss_rank_path(from, 0, path, sizeof(path));
+	rc = ss_train_record_model(path, &said, &tables, &world);
+	if (rc < 0 && rc != SS_EUSAGE) /* unreadable, not only recordless */
+		return ss_error_prefix("--from");
+	if (rc < 0)
+		return *ranks ? 0 :
+				ss_error_set(SS_EUSAGE,
+					     "its shards do not say how many "
+					     "they are (saved by an older "
+					     "version)",
+					     "give --ranks, and the model "
+					     "options of the job that saved "
+					     "them",
+					     "--from '%s'", from);
+	if (tables != SS_TABLES_SHARDED)
+		return ss_error_set(SS_EUSAGE,
+				    "it is a whole model, not a shard",
+				    "reshard re-divides what train --tables "
+				    "sharded --save 'PATH.{rank}' wrote",
+				    "--from '%s'", path);
+	if (model_given && ss_layout_hash(m) != ss_layout_hash(&said))
+		return ss_error_set(SS_EUSAGE,
+				    "the model options are not the model its "
+				    "shards hold",
+				    "drop them: the shards say their model",
+				    "--from '%s'", path);
+	*m = said;
+	if (!*ranks)
+		*ranks = world;
+	return 0;
+}
+
 static int ss_reshard(const struct ss_model_config *m, const char *from,
 		      long ranks, const char *to_path, long new_ranks)
 {
 	struct ss_shard_set old = { 0 }, to = { 0 };
 	uint64_t hash = ss_layout_hash(m);
+	unsigned char rec[SS_RECORD_SHARD_MAX];
 	char path[4096], ours[32];
 	int rc = ss_shards_alloc(&old, m, (int)ranks);
 
@@ -140,10 +190,11 @@ static int ss_reshard(const struct ss_model_config *m, const char *from,
 		st = (struct ss_checkpoint_part){ to.acc[j],
 						  to.dense + to.rows };
 		ss_rank_path(to_path, j, path, sizeof(path));
-		rc = ss_checkpoint_save_parts(
+		rc = ss_checkpoint_save_extra(
 			path, &p, 1, old.has_acc ? &st : NULL,
 			old.has_acc ? 1 : 0,
-			ss_shard_layout_hash(hash, to.world, j), examples);
+			ss_shard_layout_hash(hash, to.world, j), examples, rec,
+			ss_train_record_shard(m, to.world, j, rec));
 		if (rc < 0) {
 			ss_error_prefix("--to");
 			break;
@@ -190,6 +241,7 @@ int ss_cmd_reshard(int argc, char **argv)
 	struct ss_model_config m;
 	const char *from = NULL, *to = NULL;
 	long ranks = 0, new_ranks = 0;
+	bool model_given = false;
 	int opt, rc = 0;
 
 	ss_model_config_init(&m);
@@ -212,15 +264,19 @@ int ss_cmd_reshard(int argc, char **argv)
 					   SS_FABRIC_MAX_PEERS, &new_ranks);
 			break;
 		case OPT_EMB:
+			model_given = true;
 			rc = ss_cmd_model_option("--emb-dim", optarg, &m);
 			break;
 		case OPT_BOTTOM:
+			model_given = true;
 			rc = ss_cmd_model_option("--bottom", optarg, &m);
 			break;
 		case OPT_TOP:
+			model_given = true;
 			rc = ss_cmd_model_option("--top", optarg, &m);
 			break;
 		case OPT_HASH:
+			model_given = true;
 			rc = ss_cmd_model_option("--hash-size", optarg, &m);
 			break;
 		case 'h':
@@ -234,11 +290,11 @@ int ss_cmd_reshard(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = ss_cmd_no_more_args(argc, argv);
-	if (rc == 0 && (!from || !to || !ranks || !new_ranks))
-		rc = ss_error_set(SS_EUSAGE, "all four are required",
+	if (rc == 0 && (!from || !to || !new_ranks))
+		rc = ss_error_set(SS_EUSAGE, "all three are required",
 				  "shadowsync reshard --from 'ckpt.{rank}' "
-				  "--ranks 4 --to 'new.{rank}' --new-ranks 2",
-				  "--from, --ranks, --to and --new-ranks");
+				  "--to 'new.{rank}' --new-ranks 2",
+				  "--from, --to and --new-ranks");
 	if (rc == 0 && (!strstr(from, "{rank}") || !strstr(to, "{rank}")))
 		rc = ss_error_set(SS_EUSAGE, "it must contain {rank}",
 				  "one file a shard: 'ckpt.{rank}'", "%s",
@@ -247,6 +303,8 @@ int ss_cmd_reshard(int argc, char **argv)
 		ss_cmd_model_top_spelling(&m);
 		rc = ss_model_check(&m);
 	}
+	if (rc == 0)
+		rc = ss_reshard_what(from, model_given, &m, &ranks);
 	if (rc == 0)
 		rc = ss_reshard_no_overlap(from, ranks, to, new_ranks);
 	if (rc == 0)

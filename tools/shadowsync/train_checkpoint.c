@@ -158,7 +158,7 @@ int ss_train_load_shard(struct ss_train_cmd *c, const char *path, float *params,
 	return ss_shard_layout_why(
 		rc, path, c->layout_hash, c->fabric.world, c->fabric.rank, ours,
 		"re-divide the shards first: shadowsync reshard --from PATH "
-		"--ranks N --to NEW --new-ranks M (with this model's options)",
+		"--to NEW --new-ranks M",
 		"load it with --tables replicated, or save shards with "
 		"--tables sharded",
 		NULL);

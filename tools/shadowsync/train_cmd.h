@@ -219,6 +219,17 @@ int ss_train_save(struct ss_train_cmd *c, const float *params,
 #define SS_RESUME_RECORD_MAX (1u << 20)
 
 /*
+ * ss_train_record_shard() - the record of shard @rank of @world of model
+ * @m written by reshard, into @buf (SS_RESUME_RECORD_MAX bytes): the
+ * model and the job's size, and no place in the data (--resume refuses
+ * it; --load, eval, predict and export take it).  Returns its length,
+ * at most SS_RECORD_SHARD_MAX.
+ */
+#define SS_RECORD_SHARD_MAX 512
+size_t ss_train_record_shard(const struct ss_model_config *m, int world,
+			     int rank, unsigned char *buf);
+
+/*
  * ss_train_record() - this rank's place in its data now (from
  * @c->control: the ranges left, the chunks handed out) as a checkpoint's
  * record, into @buf of SS_RESUME_RECORD_MAX bytes.  Returns its length,

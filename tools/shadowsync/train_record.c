@@ -23,7 +23,8 @@
  *   68  bottom, top layers       u32 each: how many of the 9 below
  *   76  bottom sizes             9 x u32
  *  112  top sizes                9 x u32
- *  148  reserved (zero)          u32
+ *  148  flags                    u32  1: the model alone, no place in
+ *                                     the data (reshard writes it)
  *  152  shuffle                  u64  what the chunks' order is drawn
  *                                     from (--shuffle), 0: none
  *  160  ranges: begin, end, passes, u64 each
@@ -49,6 +50,9 @@
 #define SS_RESUME_HEAD_2 (SS_RESUME_HEAD + 4 * SS_SPARSE)
 #define SS_RECORD_LAYERS (SS_MAX_LAYERS + 1)
 #define SS_RESUME_RANGE 24
+#define SS_RECORD_MODEL_ONLY 1u /* flags: no place in the data */
+_Static_assert(SS_RESUME_HEAD_2 <= SS_RECORD_SHARD_MAX,
+	       "a shard's record is a head");
 
 static void ss_put(unsigned char *p, uint64_t v, int bytes)
 {
@@ -67,6 +71,7 @@ static uint64_t ss_get(const unsigned char *p, int bytes)
 
 struct ss_record {
 	int split, epochs, world, rank, n, tables;
+	uint32_t flags;
 	uint64_t data_size, chunk, claimed, shuffle;
 	struct ss_model_config model;
 	const unsigned char *ranges; /* n of them, as stored */
@@ -80,12 +85,55 @@ static uint64_t ss_chunks_claimed(struct ss_chunks *k)
 			 __atomic_load_n(&k->next, __ATOMIC_RELAXED);
 }
 
+/*
+ * The record's head with what says the model (rank @rank of @world, its
+ * tables kept as @tables), zero elsewhere; returns the head's length.
+ */
+static size_t ss_record_put_model(unsigned char *buf,
+				  const struct ss_model_config *m, int tables,
+				  int world, int rank)
+{
+	int version = ss_model_uniform(m) ? 1 : 2;
+
+	memset(buf, 0, SS_RESUME_HEAD_2);
+	memcpy(buf, SS_RECORD_MAGIC, 8);
+	ss_put(buf + 8, (uint64_t)version, 4);
+	ss_put(buf + 28, (uint64_t)world, 4);
+	ss_put(buf + 32, (uint64_t)rank, 4);
+	ss_put(buf + 56, (uint64_t)tables, 4);
+	ss_put(buf + 60, (uint64_t)m->emb_dim, 4);
+	ss_put(buf + 64, m->hash_size, 4);
+	ss_put(buf + 68, (uint64_t)m->n_bottom, 4);
+	ss_put(buf + 72, (uint64_t)m->n_top, 4);
+	for (int i = 0; i < SS_RECORD_LAYERS; i++) {
+		ss_put(buf + 76 + 4 * i,
+		       (uint64_t)(i < m->n_bottom ? m->bottom[i] : 0), 4);
+		ss_put(buf + 112 + 4 * i,
+		       (uint64_t)(i < m->n_top ? m->top[i] : 0), 4);
+	}
+	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
+		ss_put(buf + SS_RESUME_HEAD + 4 * j, ss_model_table_rows(m, j),
+		       4);
+	return version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+}
+
+size_t ss_train_record_shard(const struct ss_model_config *m, int world,
+			     int rank, unsigned char *buf)
+{
+	size_t head =
+		ss_record_put_model(buf, m, SS_TABLES_SHARDED, world, rank);
+
+	ss_put(buf + 12, 1, 4); /* a fixed share, of no data */
+	ss_put(buf + 148, SS_RECORD_MODEL_ONLY, 4);
+	return head;
+}
+
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf)
 {
 	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD_2) / SS_RESUME_RANGE,
-	    version = ss_model_uniform(&c->model) ? 1 : 2, n;
-	size_t head = version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+	    n;
+	size_t head;
 	struct ss_train_range *left;
 	uint64_t claimed = 0;
 
@@ -98,34 +146,15 @@ size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 	}
 	if (c->chunks)
 		claimed = ss_chunks_claimed(c->chunks);
-	memcpy(buf, SS_RECORD_MAGIC, 8);
-	ss_put(buf + 8, (uint64_t)version, 4);
+	head = ss_record_put_model(buf, &c->model, c->tables, c->fabric.world,
+				   c->fabric.rank);
 	ss_put(buf + 12, c->chunks ? 0 : 1, 4);
 	ss_put(buf + 16, data_size, 8);
 	ss_put(buf + 24, (uint64_t)c->train.epochs, 4);
-	ss_put(buf + 28, (uint64_t)c->fabric.world, 4);
-	ss_put(buf + 32, (uint64_t)c->fabric.rank, 4);
 	ss_put(buf + 36, (uint64_t)n, 4);
 	ss_put(buf + 40, c->chunks ? c->chunks->chunk : 0, 8);
 	ss_put(buf + 48, claimed, 8);
-	ss_put(buf + 56, (uint64_t)c->tables, 4);
-	ss_put(buf + 60, (uint64_t)c->model.emb_dim, 4);
-	ss_put(buf + 64, c->model.hash_size, 4);
-	ss_put(buf + 68, (uint64_t)c->model.n_bottom, 4);
-	ss_put(buf + 72, (uint64_t)c->model.n_top, 4);
-	for (int i = 0; i < SS_RECORD_LAYERS; i++) {
-		ss_put(buf + 76 + 4 * i,
-		       (uint64_t)(i < c->model.n_bottom ? c->model.bottom[i] :
-							  0),
-		       4);
-		ss_put(buf + 112 + 4 * i,
-		       (uint64_t)(i < c->model.n_top ? c->model.top[i] : 0), 4);
-	}
-	ss_put(buf + 148, 0, 4);
 	ss_put(buf + 152, c->chunks ? c->chunks->shuffle : 0, 8);
-	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
-		ss_put(buf + SS_RESUME_HEAD + 4 * j,
-		       ss_model_table_rows(&c->model, j), 4);
 	for (int i = 0; i < n; i++) {
 		unsigned char *r = buf + head + (size_t)i * SS_RESUME_RANGE;
 
@@ -177,6 +206,7 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 		r->model.bottom[i] = (int)ss_get(rec + 76 + 4 * i, 4);
 		r->model.top[i] = (int)ss_get(rec + 112 + 4 * i, 4);
 	}
+	r->flags = (uint32_t)ss_get(rec + 148, 4);
 	r->shuffle = ss_get(rec + 152, 8);
 	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
 		r->model.table_rows[j] =
@@ -235,6 +265,12 @@ static int ss_record_fits(const struct ss_train_cmd *c,
 {
 	static const char *const split[] = { "dynamic", "static" };
 
+	if (r->flags & SS_RECORD_MODEL_ONLY)
+		return ss_error_set(SS_EUSAGE,
+				    "it holds the model alone, no place in the "
+				    "data (reshard wrote it)",
+				    "start from its model with --load instead",
+				    "--resume: checkpoint '%s'", path);
 	if (r->data_size != data_size)
 		return ss_error_set(
 			SS_EUSAGE, "--data is not the data it was saved from",
