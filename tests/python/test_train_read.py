@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """shadowsync.train's reader on a gzip file: the examples of its plain
 copy, the whole file and each rank's share (ranges of the uncompressed
-bytes); a truncated one is an error naming the file."""
+bytes); chunks of it are refused (each would decompress it from its
+start); a truncated one is an error naming the file."""
 import gzip
 import os
 import subprocess
@@ -33,6 +34,10 @@ def test_a_gzip_file_reads_as_its_plain_copy(tmp_path):
     assert sum(len(p) for p in parts) == 3000
     for rank, p in enumerate(parts):
         assert same(p, train.read(plain, rank, 3))
+    assert train.is_gzip(gz) and not train.is_gzip(plain)
+    assert sum(len(c) for c in train.chunks(plain, chunk_size=4096)) == 3000
+    with pytest.raises(ShadowSyncError, match="it is gzip"):
+        next(train.chunks(gz))
     with open(gz, "r+b") as f:
         f.truncate(os.path.getsize(gz) // 2)
     with pytest.raises(ShadowSyncError, match="d.txt.gz"):

@@ -11,7 +11,7 @@ import ctypes
 import numpy as np
 
 from . import _lib
-from .base import check
+from .base import check, usage
 
 DENSE, SPARSE = _lib.DENSE, _lib.SPARSE
 
@@ -61,9 +61,19 @@ class Examples:
 def data_size(path):
     """The bytes of @path the reader's ranges count: a plain file's size,
     a gzip file's uncompressed length (read through once a process)."""
-    size = ctypes.c_uint64()
-    check(_lib.data_size(path.encode(), ctypes.byref(size), None))
-    return size.value
+    return _data_size(path)[0]
+
+
+def is_gzip(path):
+    """Whether @path is gzip (its first bytes, whatever its name)."""
+    return _data_size(path)[1]
+
+
+def _data_size(path):
+    size, gzip = ctypes.c_uint64(), ctypes.c_bool()
+    check(_lib.data_size(path.encode(), ctypes.byref(size),
+                         ctypes.byref(gzip)))
+    return size.value, gzip.value
 
 
 def read(path, rank=0, world=1, limit=0, block=8192):
@@ -82,6 +92,11 @@ def chunks(path, sync=None, world=1, epochs=1, chunk_size=0):
     claimed from the job's counter at rank 0 through @sync (a
     sync.Sync, begun; None: this process alone), so that a rank that
     trains faster takes more of the data."""
+    if is_gzip(path):
+        raise usage(f"chunks of '{path}'", "it is gzip: each chunk would "
+                    "decompress it from its start",
+                    "decompress it first, or read a static share: "
+                    "train.read(path, rank, world)")
     k = _lib.Chunks()
     if sync is not None:
         k.sync = sync.handle

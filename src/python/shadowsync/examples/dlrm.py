@@ -185,7 +185,9 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     job = sst.job()
     bottom, top = sizes(a.bottom, "--bottom"), sizes(a.top, "--top")
-    split = a.data_split or ("dynamic" if job.world > 1 else "static")
+    # chunks of a gzip file would each decompress it from its start
+    split = a.data_split or ("dynamic" if job.world > 1 and
+                             not train.is_gzip(a.data) else "static")
     bags = sst.ShardedEmbeddingBagCollection(
         [a.hash_size] * SPARSE, a.emb_dim, optimizer="adagrad", lr=a.lr,
         eps=1e-8, job=job, max_ids=SPARSE * max(a.batch, EVAL_BATCH))
