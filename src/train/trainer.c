@@ -31,6 +31,14 @@ struct ss_train_control {
 	struct ss_train_range *resume; /* a copy of the options' */
 	int n_resume, resume_next; /* taken so far */
 	uint64_t examples, bytes; /* this call's, for the rate's schedule */
+	/*
+	 * Standard input read by several trainers: one reader for them
+	 * all, a batch at a time under its lock (a stream has no ranges to
+	 * give out), till one comes short.
+	 */
+	struct ss_reader *stream;
+	pthread_mutex_t stream_lock;
+	bool stream_done;
 };
 
 struct ss_trainer {
@@ -84,6 +92,7 @@ int ss_train_control_create(struct ss_train_control **ctl)
 	if (!*ctl)
 		return ss_error_set(-ENOMEM, NULL, NULL, "train control");
 	pthread_mutex_init(&(*ctl)->lock, NULL);
+	pthread_mutex_init(&(*ctl)->stream_lock, NULL);
 	return 0;
 }
 
@@ -92,6 +101,7 @@ void ss_train_control_free(struct ss_train_control **ctl)
 	if (!ctl || !*ctl)
 		return;
 	pthread_mutex_destroy(&(*ctl)->lock);
+	pthread_mutex_destroy(&(*ctl)->stream_lock);
 	free((*ctl)->slots);
 	free((*ctl)->resume);
 	free(*ctl);
@@ -158,9 +168,35 @@ static struct ss_train_slot ss_trainer_where(const struct ss_trainer *t,
 {
 	struct ss_train_slot s = t->cur;
 
-	if (reader)
+	if (reader && reader != t->ctl->stream)
 		s.pos = ss_reader_tell(reader);
 	return s;
+}
+
+/*
+ * The next batch of @reader into @batch, the bytes it took into *@bytes:
+ * of the shared stream under its lock (the first short batch ends it
+ * for every trainer).  Returns ss_reader_fill()'s.
+ */
+static int ss_trainer_fill(struct ss_trainer *t, struct ss_reader *reader,
+			   struct ss_example *batch, uint64_t *bytes)
+{
+	struct ss_train_control *ctl = t->ctl;
+	bool shared = reader == ctl->stream;
+	uint64_t from;
+	int got = 0;
+
+	if (shared)
+		pthread_mutex_lock(&ctl->stream_lock);
+	from = ss_reader_tell(reader);
+	if (!shared || !ctl->stream_done)
+		got = ss_reader_fill(reader, batch, t->opts->batch);
+	*bytes = ss_reader_tell(reader) - from;
+	if (shared) {
+		ctl->stream_done |= got < t->opts->batch;
+		pthread_mutex_unlock(&ctl->stream_lock);
+	}
+	return got;
 }
 
 /*
@@ -206,6 +242,10 @@ static int ss_trainer_next(struct ss_trainer *t, struct ss_reader **reader,
 	struct ss_train_slot *cur = &t->cur;
 	int rc;
 
+	if (t->ctl->stream) { /* one pass of the shared stream */
+		*reader = passed ? NULL : t->ctl->stream;
+		return passed ? 0 : 1;
+	}
 	if (*reader)
 		t->skipped += ss_reader_skipped(*reader);
 	ss_reader_close(reader);
@@ -305,16 +345,15 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 			   struct ss_example *batch)
 {
 	for (;;) {
-		uint64_t at;
+		uint64_t bytes;
 		int got, rc;
 
 		if (!*reader)
 			return 0; /* the last range is done */
-		at = ss_reader_tell(*reader);
-		got = ss_reader_fill(*reader, batch, t->opts->batch);
+		got = ss_trainer_fill(t, *reader, batch, &bytes);
 		if (got < 0)
 			return got;
-		ss_trainer_count(t, got, ss_reader_tell(*reader) - at);
+		ss_trainer_count(t, got, bytes);
 		if (got < t->opts->batch) { /* the range is done */
 			rc = ss_trainer_next(t, reader, true);
 			if (rc < 0)
@@ -442,8 +481,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 	if (rc == 1 && o->table)
 		rc = ss_trainer_run_sharded(t, work, &reader);
 	while (rc == 1) {
-		uint64_t from = ss_reader_tell(reader);
-		int got = ss_reader_fill(reader, batch, o->batch);
+		uint64_t bytes;
+		int got = ss_trainer_fill(t, reader, batch, &bytes);
 
 		if (got < 0) {
 			rc = got;
@@ -456,7 +495,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 			loss = ss_model_step(t->config, t->params, work, batch,
 					     got, &t->optim) *
 			       got;
-			ss_trainer_count(t, got, ss_reader_tell(reader) - from);
+			ss_trainer_count(t, got, bytes);
 
 			if ((rc = ss_trainer_account(t, batch, got, loss,
 						     &steps)) < 0)
@@ -475,9 +514,10 @@ static int ss_trainer_run(struct ss_trainer *t)
 	ss_trainer_publish(t, &at);
 	if (o->sync && o->sync_every > 0)
 		ss_sync_foreground_leave(o->sync);
-	if (reader)
+	if (reader && reader != t->ctl->stream) {
 		t->skipped += ss_reader_skipped(reader);
-	ss_reader_close(&reader);
+		ss_reader_close(&reader);
+	}
 	ss_model_work_destroy(&work);
 	free(batch);
 	return rc < 0 ? rc : 0;
@@ -623,12 +663,11 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 	}
 	/* standard input: its bytes are not known, nor read twice */
 	if (size == SS_DATA_SIZE_UNKNOWN &&
-	    (o->threads > 1 || o->epochs > 1 || o->next_range || o->resuming ||
-	     o->begin))
+	    (o->epochs > 1 || o->next_range || o->resuming || o->begin))
 		return ss_error_set(SS_EUSAGE,
 				    "it is read once, from its start",
-				    "one trainer, one epoch, no chunks and no "
-				    "resume read it; or give a file",
+				    "one epoch, no chunks and no resume read "
+				    "it; or give a file",
 				    "data '-' (standard input)");
 	if (!end || end > size)
 		end = size;
@@ -656,6 +695,18 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 		if (rc < 0)
 			return rc;
 		own_acc = true;
+	}
+	/* several trainers on standard input share one reader of it */
+	ctl->stream_done = false;
+	if (size == SS_DATA_SIZE_UNKNOWN && o->threads > 1) {
+		rc = o->n_data_files ?
+			     ss_reader_open_files(&ctl->stream, o->data_files,
+						  o->n_data_files, 0, 0,
+						  o->bad_lines) :
+			     ss_reader_open(&ctl->stream, o->data, 0, 0,
+					    o->bad_lines);
+		if (rc < 0)
+			goto out;
 	}
 	t = calloc((size_t)o->threads, sizeof(*t));
 	threads = calloc((size_t)o->threads, sizeof(*threads));
@@ -698,6 +749,10 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 	free(t);
 	free(threads);
 out:
+	if (ctl->stream) {
+		result->skipped += ss_reader_skipped(ctl->stream);
+		ss_reader_close(&ctl->stream);
+	}
 	if (own_acc && o->topo && o->plan)
 		ss_topo_free(optim.acc, acc_bytes);
 	else if (own_acc)

@@ -142,9 +142,9 @@ static bool ss_is_data(const struct ss_train_cmd *c, const char *path)
 }
 
 /*
- * --data -: standard input, read once from its start by one trainer, its
- * length unknown till its end: what needs more is refused (@c->threads 1
- * when not given).
+ * --data -: standard input, read once from its start (its trainers take
+ * its batches in turn), its length unknown till its end: what needs
+ * more is refused.
  */
 static int ss_check_stdin(struct ss_train_cmd *c)
 {
@@ -181,15 +181,10 @@ static int ss_check_stdin(struct ss_train_cmd *c)
 		      "input does not tell before its end";
 		hint = "give a file, or keep the rate constant (--warmup "
 		       "works)";
-	} else if (c->threads > 1) {
-		snprintf(opt, sizeof(opt), "--threads %ld", c->threads);
-		why = "standard input is read by one trainer";
-		hint = "drop --threads, or give a file";
 	}
 	if (why)
 		return ss_error_set(SS_EUSAGE, why, hint, "--data - with %s",
 				    opt);
-	c->threads = 1;
 	return 0;
 }
 
