@@ -1315,6 +1315,49 @@ Test(fabric, killed_peer_gives_an_error_not_a_hang, .timeout = 180)
 	cr_assert_eq(failed, 1, "%d ranks failed", failed);
 }
 
+/*
+ * A peer that closes its endpoint in order (a rank at its end) has left:
+ * over shm the operations to it fail, saying so, and no warning of a
+ * failure is logged (every job's end would print one).
+ */
+static int body_closes(struct rank_ctx *c, struct job *job)
+{
+	uint64_t deadline = ss_deadline_ns(30000);
+	uint32_t imm;
+
+	(void)job;
+	if (c->rank == 1) /* both up, then closed (run_rank closes it) */
+		return wait_imm(c, 0, &imm) || signal_peer(c, 0, 0);
+	if (signal_peer(c, 1, 0) || wait_imm(c, 1, &imm))
+		return 1;
+	for (uint64_t i = 0;; i++) {
+		struct ss_completion comp;
+		int rc = ss_fabric_read(c->f, 1, c->r[R_LOCAL], 0, R_SHARED, 0,
+					64, i);
+
+		if (rc == SS_EPEER)
+			break; /* the post found it gone */
+		fail_if(rc != 0, "read: %s", ss_strerror(rc));
+		ss_fabric_poll(c->f, &comp, 1, 100);
+		fail_if(ss_deadline_passed(deadline),
+			"the closed peer was not noticed in 30 s");
+	}
+	fail_if(ss_fabric_peer_ok(c->f, 1), "peer 1 still taken for up");
+	fail_if(!strstr(ss_last_error()->why, "it left"), "why: %s",
+		ss_last_error()->why);
+	return 0;
+}
+
+Test(fabric, a_peer_that_closes_in_order_has_left_not_failed, .timeout = 120)
+{
+	struct job job = { .world = 2, .body = body_closes };
+
+	if (verbs())
+		cr_skip_test("over verbs a close and a crash look alike (the "
+			     "connection's teardown)");
+	cr_assert_eq(run_job(&job), 0, "a rank failed (its message above)");
+}
+
 /* ---- options and limits ------------------------------------------------- */
 
 Test(fabric, bad_options_are_refused)

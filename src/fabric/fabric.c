@@ -448,6 +448,18 @@ size_t ss_fabric_peer_len(const struct ss_fabric *f, int peer, int index)
 	return f->peers[peer].regions[index].len;
 }
 
+/* @peer marked failed, once: retried in the background (progress), never
+ * on the data path.  Returns whether it was up till now. */
+static bool ss_peer_mark_failed(struct ss_fabric *f, int peer)
+{
+	if (f->peers[peer].failed)
+		return false;
+	f->peers[peer].failed = true;
+	f->peers[peer].retry_ms = SS_RETRY_FIRST_MS;
+	f->peers[peer].retry_ns = ss_now_ns() + SS_RETRY_FIRST_MS * 1000000ull;
+	return true;
+}
+
 int ss__peer_fail(struct ss_fabric *f, int peer, const char *fmt, ...)
 {
 	char why[256];
@@ -456,18 +468,22 @@ int ss__peer_fail(struct ss_fabric *f, int peer, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	if (!f->peers[peer].failed) {
-		f->peers[peer].failed = true;
-		/* Retried in the background (progress), never on the data path. */
-		f->peers[peer].retry_ms = SS_RETRY_FIRST_MS;
-		f->peers[peer].retry_ns =
-			ss_now_ns() + SS_RETRY_FIRST_MS * 1000000ull;
+	if (ss_peer_mark_failed(f, peer))
 		ss_log_warn(
 			"peer %d (%s) failed: %s; retrying in the background",
 			peer, f->peers[peer].addr, why);
-	}
 	return ss_error_set(SS_EPEER, why, NULL, "peer %d (%s)", peer,
 			    f->peers[peer].addr);
+}
+
+int ss__peer_left(struct ss_fabric *f, int peer)
+{
+	if (ss_peer_mark_failed(f, peer))
+		ss_log_info("peer %d (%s) left: it closed its endpoint (taken "
+			    "back if it comes again)",
+			    peer, f->peers[peer].addr);
+	return ss_error_set(SS_EPEER, "it left: it closed its endpoint", NULL,
+			    "peer %d (%s)", peer, f->peers[peer].addr);
 }
 
 int ss__backlog_push(struct ss_fabric *f, const struct ss_completion *c)

@@ -127,6 +127,13 @@ int ss__peer_fail(struct ss_fabric *fabric, int peer, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /*
+ * ss__peer_left() - the same for a peer that closed its endpoint in
+ * order (a rank that finished, or was stopped): said at info level, not
+ * as a failure, since every rank's end closes it.  Returns SS_EPEER.
+ */
+int ss__peer_left(struct ss_fabric *fabric, int peer);
+
+/*
  * ss__retry_due() - whether it is time to try reconnecting failed @peer;
  * when it is, the next attempt is scheduled after a backoff that doubles
  * from 500 ms to 5 s.  Cheap (one clock read): for the progress path.

@@ -686,7 +686,8 @@ out:
 	return rc;
 }
 
-/* Refuse when the peer is gone; a CLOSED peer has disconnected. */
+/* Refuse when the peer is gone; a CLOSED peer has left in order (a dead
+ * one's state stays as it was: its process is found gone). */
 static int ss_shm_check_peer(struct ss_fabric *f, int p)
 {
 	struct ss_shm_peer *sp = &((struct ss_shm *)f->backend)->peers[p];
@@ -695,7 +696,7 @@ static int ss_shm_check_peer(struct ss_fabric *f, int p)
 
 	if (atomic_load_explicit(&ctl->state, memory_order_acquire) ==
 	    SS_SHM_CLOSED)
-		return ss__peer_fail(f, p, "it disconnected");
+		return ss__peer_left(f, p);
 	/* it failed us (ss_fabric_fail_peer): we reconnect, as it does */
 	if (atomic_load_explicit(&ctl->rings[f->opts.rank].attached,
 				 memory_order_acquire) !=
