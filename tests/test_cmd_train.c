@@ -491,4 +491,11 @@ Test(cmd_train, what_standard_input_and_gzip_cannot_do_is_refused)
 			  refused[i].args, out);
 		cr_assert(strstr(out, "hint: "), "%s", out);
 	}
+	/* standard input closed: nothing in it, not the first file opened */
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "cd %s && %s train --data - " MODEL
+			     " --threads 1 --progress 0 <&- 2>&1",
+			     dir, SS_COMMAND),
+		     1, "%s", out);
+	cr_assert(strstr(out, "--data '-': no example in it"), "%s", out);
 }

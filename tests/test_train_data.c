@@ -370,6 +370,57 @@ Test(data, byte_ranges_read_every_line_once)
 	}
 }
 
+/*
+ * A plain file holding gzip's magic bytes in a line (binary junk, skipped
+ * as malformed) is read as plain from any byte: a range may start
+ * there, where zlib would take the bytes for a gzip header.
+ */
+Test(data, gzip_magic_inside_a_plain_file_is_plain)
+{
+	char path[256], good[512] = "1", text[8192] = "";
+	size_t junk, len;
+	FILE *f;
+
+	for (int i = 0; i < SS_DENSE; i++)
+		strcat(good, "\t7");
+	for (int j = 0; j < SS_SPARSE; j++)
+		strcat(good, "\t68fd1e64");
+	strcat(good, "\n");
+	for (int i = 0; i < 5; i++)
+		strcat(text, good);
+	junk = strlen(text);
+	strcat(text, "0\tjunk\x1f\x8b\x08\x00binary\n");
+	for (int i = 0; i < 5; i++)
+		strcat(text, good);
+	len = strlen(text);
+	snprintf(path, sizeof(path), "%s/magic.txt", dir);
+	f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fwrite(text, 1, len, f);
+	fclose(f);
+	for (size_t at = junk; at < junk + 12; at++) {
+		int n = 0;
+
+		for (int k = 0; k < 2; k++) {
+			struct ss_reader *r;
+			struct ss_example ex;
+			int rc;
+
+			cr_assert_eq(ss_reader_open(&r, path, k ? at : 0,
+						    k ? 0 : at,
+						    SS_BAD_LINES_SKIP),
+				     0);
+			while ((rc = ss_reader_next(r, &ex)) == 1)
+				n++;
+			cr_assert_eq(rc, 0, "split at %zu: %s: %s", at,
+				     ss_last_error()->what,
+				     ss_last_error()->why);
+			ss_reader_close(&r);
+		}
+		cr_assert_eq(n, 10, "split at %zu: %d examples", at, n);
+	}
+}
+
 /* ---- gzip ---------------------------------------------------------------- */
 
 /* @n generated examples in @dir/@name; the file's bytes in *@text. */

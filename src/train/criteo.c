@@ -44,7 +44,6 @@
  */
 struct ss_reader {
 	gzFile f; /* the file being read, @file of @n_files */
-	uint64_t origin; /* the byte of the file @f was opened at (plain) */
 	char *path; /* its name (one of @files) */
 	char **files;
 	/* in the stream (a gzip file's uncompressed), as far as known:
@@ -248,7 +247,7 @@ static int ss_gz_failed(gzFile f, const char *path, uint64_t line)
  */
 static int ss_data_open(const char *path, uint64_t at, gzFile *out, bool *gzip)
 {
-	int fd = ss_is_stdin(path) ? dup(STDIN_FILENO) :
+	int fd = ss_is_stdin(path) ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
 				     open(path, O_RDONLY | O_CLOEXEC);
 	unsigned char m[2];
 
@@ -259,11 +258,6 @@ static int ss_data_open(const char *path, uint64_t at, gzFile *out, bool *gzip)
 				    "data file '%s'", path);
 	/* (standard input is only read from where it is: @at is 0) */
 	*gzip = pread(fd, m, 2, 0) == 2 && m[0] == 0x1f && m[1] == 0x8b;
-	if (at && !*gzip && lseek(fd, (off_t)at, SEEK_SET) < 0) {
-		close(fd);
-		return ss_error_set(-errno, NULL, NULL, "seeking in '%s'",
-				    path);
-	}
 	*out = gzdopen(fd, "rb");
 	if (!*out) {
 		close(fd);
@@ -271,7 +265,15 @@ static int ss_data_open(const char *path, uint64_t at, gzFile *out, bool *gzip)
 				    path);
 	}
 	gzbuffer(*out, SS_GZ_BUFFER);
-	if (at && *gzip && gzseek(*out, (z_off_t)at, SEEK_SET) < 0) {
+	/*
+	 * zlib tells gzip from plain by the first bytes it reads: a plain
+	 * file's are read at its start (gzdirect), where they are known not
+	 * to be gzip's, since at @at they could look so; its seek is then an
+	 * lseek.  A gzip file is decompressed from its start to @at.
+	 */
+	if (at && !*gzip)
+		gzdirect(*out);
+	if (at && gzseek(*out, (z_off_t)at, SEEK_SET) < 0) {
 		int rc = ss_gz_failed(*out, path, 0) ?:
 				 ss_error_set(-EIO, NULL, NULL,
 					      "seeking in '%s'", path);
@@ -299,15 +301,22 @@ static int ss_gz_measure(gzFile f, const char *path, uint64_t *len)
 	return ss_gz_failed(f, path, 0);
 }
 
-/* The gzip files measured, for the process: a file by what stat says. */
+/* The gzip files measured, for the process: a file by what stat says
+ * (its change time too: a rewrite can set the modification time back,
+ * as cp -p and rsync -t do, but not that). */
 struct ss_gzip_len {
 	struct ss_gzip_len *next;
 	dev_t dev;
 	ino_t ino;
 	off_t size;
-	struct timespec mtime;
+	struct timespec mtime, ctime;
 	uint64_t len;
 };
+
+static bool ss_same_time(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
 static struct ss_gzip_len *ss_gzip_lens;
 static pthread_mutex_t ss_gzip_lens_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -325,8 +334,8 @@ static int ss_gzip_length(const char *path, gzFile f, const struct stat *st,
 	for (e = ss_gzip_lens; e; e = e->next)
 		if (e->dev == st->st_dev && e->ino == st->st_ino &&
 		    e->size == st->st_size &&
-		    e->mtime.tv_sec == st->st_mtim.tv_sec &&
-		    e->mtime.tv_nsec == st->st_mtim.tv_nsec)
+		    ss_same_time(&e->mtime, &st->st_mtim) &&
+		    ss_same_time(&e->ctime, &st->st_ctim))
 			break;
 	if (e) {
 		*len = e->len;
@@ -344,9 +353,13 @@ static int ss_gzip_length(const char *path, gzFile f, const struct stat *st,
 			    (double)(ss_now_ns() - start) / 1e9);
 	e = rc == 0 ? malloc(sizeof(*e)) : NULL;
 	if (e) {
-		*e = (struct ss_gzip_len){ ss_gzip_lens, st->st_dev,
-					   st->st_ino,	 st->st_size,
-					   st->st_mtim,	 *len };
+		*e = (struct ss_gzip_len){ .next = ss_gzip_lens,
+					   .dev = st->st_dev,
+					   .ino = st->st_ino,
+					   .size = st->st_size,
+					   .mtime = st->st_mtim,
+					   .ctime = st->st_ctim,
+					   .len = *len };
 		ss_gzip_lens = e;
 	}
 out:
@@ -403,12 +416,10 @@ static int ss_reader_goto(struct ss_reader *r, int i, uint64_t at)
 	for (int k = 0; k < i; k++)
 		r->base += r->sizes[k];
 	/* from the byte before @at: is it the newline ending a line? */
-	r->origin = at > r->base ? at - r->base - 1 : 0;
-	rc = ss_data_open(r->path, r->origin, &r->f, &gz);
+	rc = ss_data_open(r->path, at > r->base ? at - r->base - 1 : 0, &r->f,
+			  &gz);
 	if (rc < 0)
 		return rc;
-	if (gz)
-		r->origin = 0;
 	r->pos = at;
 	if (at > r->base) {
 		r->pos = at - 1;
@@ -596,7 +607,7 @@ static ssize_t ss_read_line(struct ss_reader *r, uint64_t *bytes)
 			return ss_reader_failed(r) ?:
 				       ss_error_set(-EIO, NULL, NULL,
 						    "reading '%s'", r->path);
-		len = (size_t)(r->origin + (uint64_t)at - (r->pos - r->base));
+		len = (size_t)((uint64_t)at - (r->pos - r->base));
 		/* ended by its newline or the file's end, or too long */
 		if ((len > 0 && r->line[len - 1] == '\n') || len < r->cap - 1 ||
 		    r->cap == SS_MAX_LINE + 2)

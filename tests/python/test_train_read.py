@@ -2,7 +2,8 @@
 """shadowsync.train's reader on a gzip file: the examples of its plain
 copy, the whole file and each rank's share (ranges of the uncompressed
 bytes); chunks of it are refused (each would decompress it from its
-start); a truncated one is an error naming the file."""
+start), and so are chunks or shares of standard input; a truncated one is
+an error naming the file."""
 import gzip
 import os
 import subprocess
@@ -38,6 +39,10 @@ def test_a_gzip_file_reads_as_its_plain_copy(tmp_path):
     assert sum(len(c) for c in train.chunks(plain, chunk_size=4096)) == 3000
     with pytest.raises(ShadowSyncError, match="it is gzip"):
         next(train.chunks(gz))
+    with pytest.raises(ShadowSyncError, match="not by chunks"):
+        next(train.chunks("-"))
+    with pytest.raises(ShadowSyncError, match="by one rank"):
+        train.read("-", 0, 2)
     with open(gz, "r+b") as f:
         f.truncate(os.path.getsize(gz) // 2)
     with pytest.raises(ShadowSyncError, match="d.txt.gz"):

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /* shadowsync: the command users run.  Dispatches to a subcommand. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "command.h"
 #include "shadowsync/shadowsync.h"
@@ -61,8 +64,27 @@ int ss_cmd_fail(const char *prog, int code)
 	return code == SS_EUSAGE ? SS_EXIT_USAGE : SS_EXIT_FAILURE;
 }
 
+/*
+ * Standard input, output and error closed when we were started get
+ * /dev/null: else the first file a command opens would take their
+ * number, and `--data -` read it, or a message go into it.
+ */
+static void ss_std_fds(void)
+{
+	for (int fd = 0; fd <= 2; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+			int null = open("/dev/null", fd ? O_WRONLY : O_RDONLY);
+
+			if (null >= 0 && null != fd) {
+				dup2(null, fd);
+				close(null);
+			}
+		}
+}
+
 int main(int argc, char **argv)
 {
+	ss_std_fds();
 	if (argc < 2) {
 		ss_usage(stderr);
 		return SS_EXIT_USAGE;

@@ -81,6 +81,10 @@ def read(path, rank=0, world=1, limit=0, block=8192):
     @rank's 1/@world of its bytes (the C trainer's static split: every
     line read by exactly one rank), at most @limit (0: all).  A malformed
     line is an error naming the file and the line."""
+    if path == "-" and world > 1:
+        raise usage(f"read('-', rank {rank}, world {world})",
+                    "standard input is read once, from its start, by "
+                    "one rank", "give ranks a file to share")
     size = data_size(path)
     return read_range(path, size * rank // world, size * (rank + 1) // world,
                       limit, block)
@@ -92,6 +96,9 @@ def chunks(path, sync=None, world=1, epochs=1, chunk_size=0):
     claimed from the job's counter at rank 0 through @sync (a
     sync.Sync, begun; None: this process alone), so that a rank that
     trains faster takes more of the data."""
+    if path == "-":
+        raise usage("chunks of '-'", "standard input is read once, in "
+                    "order, not by chunks", "train.read('-') reads it")
     if is_gzip(path):
         raise usage(f"chunks of '{path}'", "it is gzip: each chunk would "
                     "decompress it from its start",
