@@ -39,17 +39,9 @@ static void usage(FILE *out)
 /* The layers' shapes: bottom MLP, then top MLP from its input. */
 static int layer_shapes(const struct ss_model_config *m, int *in, int *out)
 {
-	int n = 0;
-
-	for (int l = 0; l + 1 < m->n_bottom; l++, n++) {
-		in[n] = m->bottom[l];
-		out[n] = m->bottom[l + 1];
-	}
-	for (int l = 0; l < m->n_top; l++, n++) {
-		in[n] = l ? m->top[l - 1] : ss_model_top_input(m);
-		out[n] = m->top[l];
-	}
-	return n;
+	for (int l = 0; l < ss_model_layers(m); l++)
+		ss_model_layer_shape(m, l, &in[l], &out[l]);
+	return ss_model_layers(m);
 }
 
 /*

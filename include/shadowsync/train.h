@@ -254,6 +254,18 @@ int ss_model_check(const struct ss_model_config *config);
 /* ss_model_top_input() - the top MLP's input: emb_dim + 27 * 26 / 2. */
 int ss_model_top_input(const struct ss_model_config *config);
 
+/* ss_model_layers() - the dense layers: the bottom MLP's, then the top's. */
+int ss_model_layers(const struct ss_model_config *config);
+
+/*
+ * ss_model_layer_shape() - the input and output sizes of dense layer @l
+ * (0 to ss_model_layers() - 1): the bottom MLP's layers, then the top
+ * MLP's, the first of which takes ss_model_top_input().  Its weights
+ * (out x in) then its biases follow the earlier layers' in the replica.
+ */
+void ss_model_layer_shape(const struct ss_model_config *config, int l, int *in,
+			  int *out);
+
 /* ss_model_dense_len() / ss_model_len() - floats of the MLPs / of all. */
 size_t ss_model_dense_len(const struct ss_model_config *config);
 size_t ss_model_len(const struct ss_model_config *config);

@@ -238,6 +238,27 @@ static int ss_gz_failed(gzFile f, const char *path, uint64_t line)
 			    what);
 }
 
+/* Whether the file open as @fd starts with gzip's magic bytes, 1f 8b. */
+static bool ss_fd_is_gzip(int fd)
+{
+	unsigned char m[2];
+
+	return pread(fd, m, 2, 0) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+}
+
+/* A descriptor of data file @path ("-": standard input's), or the error
+ * naming it. */
+static int ss_data_fd(const char *path)
+{
+	int fd = ss_is_stdin(path) ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
+				     open(path, O_RDONLY | O_CLOEXEC);
+
+	return fd >= 0 ? fd :
+			 ss_error_set(-errno, NULL,
+				      "check the path given with --data/--test",
+				      "data file '%s'", path);
+}
+
 /*
  * @path ("-": a copy of standard input) open for the gz calls in *@out,
  * at its byte @at, and whether it is gzip (its first bytes 1f 8b) in
@@ -247,17 +268,13 @@ static int ss_gz_failed(gzFile f, const char *path, uint64_t line)
  */
 static int ss_data_open(const char *path, uint64_t at, gzFile *out, bool *gzip)
 {
-	int fd = ss_is_stdin(path) ? fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 0) :
-				     open(path, O_RDONLY | O_CLOEXEC);
-	unsigned char m[2];
+	int fd = ss_data_fd(path);
 
 	*out = NULL;
 	if (fd < 0)
-		return ss_error_set(-errno, NULL,
-				    "check the path given with --data/--test",
-				    "data file '%s'", path);
+		return fd;
 	/* (standard input is only read from where it is: @at is 0) */
-	*gzip = pread(fd, m, 2, 0) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+	*gzip = ss_fd_is_gzip(fd);
 	*out = gzdopen(fd, "rb");
 	if (!*out) {
 		close(fd);
@@ -383,9 +400,18 @@ int ss_data_size(const char *path, uint64_t *size, bool *gzip)
 		return ss_error_set(-errno, NULL,
 				    "check the path given with --data/--test",
 				    "data file '%s'", path);
-	/* opened only when it is a file: a FIFO would hold us */
-	if (S_ISREG(st.st_mode) && st.st_size >= 2)
-		rc = ss_data_open(path, 0, &f, &gz);
+	/* opened only when it is a file (a FIFO would hold us), through
+	 * zlib only when it is gzip */
+	if (S_ISREG(st.st_mode) && st.st_size >= 2) {
+		int fd = ss_data_fd(path);
+
+		if (fd < 0)
+			return fd;
+		gz = ss_fd_is_gzip(fd);
+		close(fd);
+		if (gz)
+			rc = ss_data_open(path, 0, &f, &gz);
+	}
 	if (rc == 0 && gz)
 		rc = ss_gzip_length(path, f, &st, size);
 	else if (rc == 0)

@@ -142,9 +142,8 @@ int ss_model_check(const struct ss_model_config *c)
 	return 0;
 }
 
-/* The in/out sizes of layer @l of the bottom MLP then the top MLP. */
-static void ss_layer_shape(const struct ss_model_config *c, int l, int *in,
-			   int *out)
+void ss_model_layer_shape(const struct ss_model_config *c, int l, int *in,
+			  int *out)
 {
 	int nb = c->n_bottom - 1;
 
@@ -160,7 +159,7 @@ static void ss_layer_shape(const struct ss_model_config *c, int l, int *in,
 	}
 }
 
-static int ss_layers(const struct ss_model_config *c)
+int ss_model_layers(const struct ss_model_config *c)
 {
 	return c->n_bottom - 1 + c->n_top;
 }
@@ -169,10 +168,10 @@ size_t ss_model_dense_len(const struct ss_model_config *c)
 {
 	size_t n = 0;
 
-	for (int l = 0; l < ss_layers(c); l++) {
+	for (int l = 0; l < ss_model_layers(c); l++) {
 		int in, out;
 
-		ss_layer_shape(c, l, &in, &out);
+		ss_model_layer_shape(c, l, &in, &out);
 		n += (size_t)out * (size_t)in + (size_t)out;
 	}
 	return n;
@@ -194,14 +193,14 @@ static struct ss_dense ss_layer(const struct ss_model_config *c, float *params,
 	size_t off = 0;
 
 	for (int k = 0; k <= l; k++) {
-		ss_layer_shape(c, k, &d.in, &d.out);
+		ss_model_layer_shape(c, k, &d.in, &d.out);
 		if (k < l)
 			off += (size_t)d.out * (size_t)d.in + (size_t)d.out;
 	}
 	d.w = params + off;
 	d.b = d.w + (size_t)d.out * (size_t)d.in;
 	/* ReLU everywhere but on the model's output */
-	d.relu = l != ss_layers(c) - 1;
+	d.relu = l != ss_model_layers(c) - 1;
 	return d;
 }
 
@@ -218,7 +217,7 @@ void ss_model_init_dense(const struct ss_model_config *c, float *params,
 {
 	uint64_t s = ss__mix64(seed ^ 0x5eed);
 
-	for (int l = 0; l < ss_layers(c); l++) {
+	for (int l = 0; l < ss_model_layers(c); l++) {
 		struct ss_dense d = ss_layer(c, params, l);
 		float sw = (float)sqrt(2.0 / (d.in + d.out));
 		float sb = (float)sqrt(1.0 / d.out);
@@ -275,7 +274,7 @@ int ss_model_work_create(struct ss_model_work **out,
 			 const struct ss_model_config *c, int batch)
 {
 	struct ss_model_work *w = calloc(1, sizeof(*w));
-	int layers = ss_layers(c), widest = ss_model_top_input(c);
+	int layers = ss_model_layers(c), widest = ss_model_top_input(c);
 	size_t biggest = 0, nd = (size_t)batch * (size_t)c->emb_dim;
 	bool ok;
 
@@ -290,7 +289,7 @@ int ss_model_work_create(struct ss_model_work **out,
 	for (int l = 0; ok && l < layers; l++) {
 		int in, o;
 
-		ss_layer_shape(c, l, &in, &o);
+		ss_model_layer_shape(c, l, &in, &o);
 		widest = in > widest ? in : widest;
 		widest = o > widest ? o : widest;
 		if ((size_t)in * (size_t)o > biggest)
@@ -372,7 +371,7 @@ static float *ss_out(const struct ss_model_config *c, struct ss_model_work *w,
 {
 	if (l == c->n_bottom - 2)
 		return w->z;
-	if (l == ss_layers(c) - 1)
+	if (l == ss_model_layers(c) - 1)
 		return w->logits;
 	return w->in[l + 1];
 }
@@ -562,7 +561,7 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 		       int n)
 {
 	float *tables = params + ss_model_dense_len(c);
-	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
+	int nb = c->n_bottom - 1, layers = ss_model_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
 
 	for (int r = 0; r < n; r++)
@@ -772,7 +771,7 @@ static double ss_step(const struct ss_model_config *c, float *params,
 		      int n, const struct ss_optim *o, uint64_t *grad_ids,
 		      float *grads, int *n_grads)
 {
-	int nb = c->n_bottom - 1, layers = ss_layers(c), D = c->emb_dim;
+	int nb = c->n_bottom - 1, layers = ss_model_layers(c), D = c->emb_dim;
 	size_t top_in = (size_t)ss_model_top_input(c);
 	float *dy = w->grad, *dx = w->grad2, *swap;
 	double loss = 0;

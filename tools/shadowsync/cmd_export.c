@@ -45,6 +45,36 @@ struct ss_tensor {
 	size_t rows, cols;
 };
 
+/* @name, new in folder @dir, open for writing into *@f. */
+static int ss_export_create(int dir, const char *name, FILE **f)
+{
+	int fd = openat(dir, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+			0644);
+
+	*f = fd < 0 ? NULL : fdopen(fd, "w");
+	if (!*f) {
+		int rc = -errno;
+
+		if (fd >= 0)
+			close(fd);
+		return ss_error_set(rc, NULL, NULL, "writing '%s'", name);
+	}
+	return 0;
+}
+
+/* @f (@name) written out to the disk and closed, whatever went wrong. */
+static int ss_export_finish(FILE *f, const char *name)
+{
+	int rc =
+		ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0 ? -EIO : 0;
+
+	if (fclose(f) != 0 && rc == 0)
+		rc = -errno;
+	return rc < 0 ? ss_error_set(rc, NULL, "check the free space",
+				     "writing '%s'", name) :
+			0;
+}
+
 /*
  * @t as DIR/NAME.npy: the NumPy format, version 1.0: magic, a header
  * (a Python dict literal) padded with spaces to a multiple of 64 bytes,
@@ -56,7 +86,7 @@ static int ss_npy_write(int dir, const struct ss_tensor *t)
 	size_t n = (t->rows ? t->rows : 1) * t->cols;
 	/* the magic, version 1.0, the header's length (2 bytes LE) */
 	unsigned char magic[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0 };
-	int len, fd;
+	int len, rc;
 	FILE *f;
 
 	if (t->rows)
@@ -75,29 +105,13 @@ static int ss_npy_write(int dir, const struct ss_tensor *t)
 	magic[9] = (unsigned char)(len >> 8);
 	snprintf(file, sizeof(file), "%.*s.npy", (int)sizeof(t->name) - 1,
 		 t->name);
-	fd = openat(dir, file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	f = fd < 0 ? NULL : fdopen(fd, "w");
-	if (!f) {
-		int rc = -errno;
-
-		if (fd >= 0)
-			close(fd);
-		return ss_error_set(rc, NULL, NULL, "writing '%s'", file);
-	}
-	if (fwrite(magic, 1, sizeof(magic), f) != sizeof(magic) ||
-	    fwrite(header, 1, (size_t)len, f) != (size_t)len ||
-	    fwrite(t->data, sizeof(float), n, f) != n || fflush(f) != 0 ||
-	    fsync(fileno(f)) != 0) {
-		int rc = -errno;
-
-		fclose(f);
-		return ss_error_set(rc ? rc : -EIO, NULL,
-				    "check the free space", "writing '%s'",
-				    file);
-	}
-	return fclose(f) == 0 ?
-		       0 :
-		       ss_error_set(-errno, NULL, NULL, "writing '%s'", file);
+	rc = ss_export_create(dir, file, &f);
+	if (rc < 0)
+		return rc;
+	fwrite(magic, 1, sizeof(magic), f);
+	fwrite(header, 1, (size_t)len, f);
+	fwrite(t->data, sizeof(float), n, f);
+	return ss_export_finish(f, file);
 }
 
 /*
@@ -112,23 +126,21 @@ static int ss_export_tensors(const struct ss_model_config *m,
 	int nb = m->n_bottom - 1, n = 0;
 	const float *p = params;
 
-	for (int l = 0; l < nb + m->n_top; l++) {
+	for (int l = 0; l < ss_model_layers(m); l++) {
 		bool bottom = l < nb;
-		int k = bottom ? l : l - nb;
-		size_t in = bottom ? (size_t)m->bottom[k] :
-			    k == 0 ? (size_t)ss_model_top_input(m) :
-				     (size_t)m->top[k - 1];
-		size_t out =
-			bottom ? (size_t)m->bottom[k + 1] : (size_t)m->top[k];
+		int k = bottom ? l : l - nb, in, out;
 
-		t[n] = (struct ss_tensor){ .data = p, .rows = out, .cols = in };
+		ss_model_layer_shape(m, l, &in, &out);
+		t[n] = (struct ss_tensor){ .data = p,
+					   .rows = (size_t)out,
+					   .cols = (size_t)in };
 		snprintf(t[n++].name, sizeof(t->name), "%s.%d.weight",
 			 bottom ? "bottom" : "top", k);
-		p += out * in;
-		t[n] = (struct ss_tensor){ .data = p, .cols = out };
+		p += (size_t)out * (size_t)in;
+		t[n] = (struct ss_tensor){ .data = p, .cols = (size_t)out };
 		snprintf(t[n++].name, sizeof(t->name), "%s.%d.bias",
 			 bottom ? "bottom" : "top", k);
-		p += out;
+		p += (size_t)out;
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
 		uint32_t rows = ss_model_table_rows(m, j);
@@ -154,17 +166,11 @@ static void ss_json_ints(FILE *f, const int *v, int n)
 static int ss_export_json(int dir, const struct ss_model_config *m,
 			  uint64_t trained, const struct ss_tensor *t, int n)
 {
-	int fd = openat(dir, "model.json",
-			O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-	FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
-	int rc;
+	FILE *f;
+	int rc = ss_export_create(dir, "model.json", &f);
 
-	if (!f) {
-		rc = -errno;
-		if (fd >= 0)
-			close(fd);
-		return ss_error_set(rc, NULL, NULL, "writing 'model.json'");
-	}
+	if (rc < 0)
+		return rc;
 	fprintf(f,
 		"{\n  \"format\": \"" SS_EXPORT_FORMAT "\",\n"
 		"  \"version\": %d,\n"
@@ -208,12 +214,7 @@ static int ss_export_json(int dir, const struct ss_model_config *m,
 		fprintf(f, "%zu]}", t[i].cols);
 	}
 	fprintf(f, "\n  ]\n}\n");
-	rc = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0 ? -EIO : 0;
-	if (fclose(f) != 0 && rc == 0)
-		rc = -errno;
-	return rc < 0 ? ss_error_set(rc, NULL, "check the free space",
-				     "writing 'model.json'") :
-			0;
+	return ss_export_finish(f, "model.json");
 }
 
 /* What an export that failed wrote: the files in @tmp, then the folder. */
