@@ -225,6 +225,15 @@ Test(cmd_bad_input, gen_data_out_that_is_not_a_file)
 	/* "-" is no file of that name written without a word */
 	refused(2, "--out '-': standard output is not supported", true,
 		"gen-data --out - --examples 10");
+	/* the sweep's options, each refused by name with its range */
+	refused(2, "--zipf '1.4:1.05': the range is empty", true,
+		"gen-data --out x.txt --zipf 1.4:1.05");
+	refused(2, "--zipf '1:x': A and B must be numbers from 0 to 5", true,
+		"gen-data --out x.txt --zipf 1:x");
+	refused(2, "--missing '0.7': out of range", true,
+		"gen-data --out x.txt --missing 0.7");
+	refused(2, "--cap '0': out of range", true,
+		"gen-data --out x.txt --cap 0");
 	snprintf(fifo, sizeof(fifo), "%s/-", dir);
 	cr_assert_neq(stat(fifo, &st), 0, "a file named '-' was written");
 }

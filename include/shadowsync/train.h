@@ -428,6 +428,9 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 			    double *loss, double *ne);
 
 #define SS_TRAIN_MAX_PREFETCH 8
+/* ss_train_options.prefetch: each step's gradients applied before the
+ * next rows are read (exact, slow; for tests) */
+#define SS_TRAIN_PREFETCH_EXACT (-1)
 
 /*
  * Data left to train: bytes [@begin, @end) of the file (a line belongs to
@@ -525,12 +528,17 @@ struct ss_train_options {
 	 * Sharded tables (train --tables sharded): when set, the rows come
 	 * from here (trainer i is its client i, rows of batch * 26 a
 	 * lookup), @params holds only the MLPs (ss_model_dense_len()
-	 * floats, and so do Adagrad's accumulators), and each trainer
-	 * posts the lookups of its next @prefetch batches before it
-	 * computes this one: rows are then up to @prefetch steps stale.
-	 * With @prefetch 0 each step waits until its gradients are applied
-	 * (ss_table_flush) before the next rows are read: the steps of one
-	 * trainer are then those of local tables, to rounding; slow.
+	 * floats, and so do Adagrad's accumulators).  With @prefetch 0
+	 * (the default) a trainer posts the next batch's lookup once this
+	 * step's gradients are pushed: its rows lack only the updates
+	 * still on their way to the owners.  With @prefetch D >= 1 it
+	 * posts the lookups of its next D batches before it computes this
+	 * one, hiding the READs' latency: rows are then up to D steps
+	 * stale, which costs quality where rows are hot (docs/perf.md,
+	 * "Quality on data of several kinds").  SS_TRAIN_PREFETCH_EXACT:
+	 * each step waits until its gradients are applied (ss_table_flush)
+	 * before the next rows are read: the steps of one trainer are then
+	 * those of local tables, to rounding; slow.
 	 */
 	struct ss_table *table;
 	int prefetch;
@@ -693,12 +701,22 @@ struct ss_gen_options {
 	uint64_t stream; /* which sample of the seed's teacher: 0 train, 1 test */
 	double value_scale; /* standard deviation of a value's own weight */
 	double pair_scale; /* scale of the interactions' dot products */
+	double zipf_max; /* > zipf: each feature's exponent drawn from
+			  * [zipf, zipf_max]; otherwise zipf for all */
+	uint32_t cap; /* at most this many values a feature; 0: no cap */
+	double missing; /* mean share of empty fields, each column's own rate
+			 * drawn from [0, 2 * missing]; < 0: 5 % of dense and
+			 * 3 % of categorical fields in every column */
+	double dense_pair_scale; /* dense x dense terms of the teacher */
+	double dense_cat_scale; /* dense x categorical terms */
 };
 
 /*
- * ss_gen_options_init() - 1000000 examples, seed 1, CTR 0.25, Zipf 1.1, 30
- * values per feature (uniform shape), value weights 0.35, interactions
- * 0.05.
+ * ss_gen_options_init() - 1000000 examples, seed 1, CTR 0.25, Zipf 1.1 for
+ * every feature, 30 values per feature (uniform shape) and no cap, 5 % of
+ * dense and 3 % of categorical fields empty, value weights 0.35,
+ * categorical interactions 0.05, no dense x dense or dense x categorical
+ * terms.
  */
 #define ss_gen_options_init(opts) \
 	ss_gen_options_init_size((opts), sizeof(*(opts)))

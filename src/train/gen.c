@@ -3,11 +3,15 @@
  * Synthetic click data from a planted teacher: a logistic model over the
  * dense features, one weight per categorical value (Zipf-distributed
  * values, so a few are frequent and most are rare), and the dot products of
- * a few pairs of categorical embeddings, the shape a DLRM can learn.  The
- * teacher's own NE on the labels it drew is the floor for any model.
+ * a few pairs of categorical embeddings, the shape a DLRM can learn; on
+ * request also products of dense pairs and per-value slopes on a dense
+ * feature, each feature its own Zipf exponent and each column its own
+ * missing rate, as real logs differ.  The teacher's own NE on the labels
+ * it drew is the floor for any model.
  */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "base/mix.h"
@@ -39,6 +43,11 @@ void ss_gen_options_init_size(struct ss_gen_options *opts, size_t size)
 	o.stream = 0;
 	o.value_scale = 0.35;
 	o.pair_scale = 0.05;
+	o.zipf_max = 0;
+	o.cap = 0;
+	o.missing = -1;
+	o.dense_pair_scale = 0;
+	o.dense_cat_scale = 0;
 	ss__options_out(opts, size, &o, sizeof(o));
 }
 
@@ -50,6 +59,15 @@ static double ss_param(uint64_t seed, int what, int field, uint64_t value)
 					   ((uint64_t)field << 40) ^ value));
 
 	return ss__gauss(&s);
+}
+
+/* The same, a uniform draw in (0, 1). */
+static double ss_uparam(uint64_t seed, int what, int field)
+{
+	uint64_t s = ss__mix64(seed ^ ((uint64_t)what << 56) ^
+			       ((uint64_t)field << 40));
+
+	return ss__uniform(&s);
 }
 
 /*
@@ -65,37 +83,53 @@ static const uint32_t ss_criteo_counts[SS_SPARSE] = {
 
 uint32_t ss_gen_cardinality(const struct ss_gen_options *o, int j)
 {
-	return o->shape == SS_GEN_CRITEO ? ss_criteo_counts[j] : o->cardinality;
+	uint32_t n = o->shape == SS_GEN_CRITEO ? ss_criteo_counts[j] :
+						 o->cardinality;
+	/* read in place: a caller's struct from before the cap has none */
+	bool has_cap = o->size >=
+		       offsetof(struct ss_gen_options, cap) + sizeof(o->cap);
+
+	return has_cap && o->cap && o->cap < n ? o->cap : n;
 }
 
 struct ss_teacher {
 	uint64_t seed;
-	double value_scale, pair_scale;
+	double value_scale, pair_scale, dense_pair_scale, dense_cat_scale;
+	double missing[SS_DENSE + SS_SPARSE]; /* each column's empty rate */
 	struct ss__zipf zipf[SS_SPARSE]; /* each feature's values */
-	int pairs[SS_GEN_PAIRS][2];
+	int pairs[SS_GEN_PAIRS][2]; /* categorical x categorical */
+	int dense_pairs[SS_GEN_PAIRS][2]; /* dense x dense */
+	int dense_cats[SS_GEN_PAIRS][2]; /* dense x categorical */
 };
+
+/* A dense feature as the student sees it: log1p, empty or negative as 0
+ * (centred roughly). */
+static double ss_dense_seen(long v, bool empty)
+{
+	return log1p(!empty && v > 0 ? (double)v : 0) - 1.2;
+}
 
 /* Draw one example's features; returns the teacher's logit without bias. */
 static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		      uint32_t *vals, bool *empty)
 {
 	uint32_t v[SS_SPARSE];
-	double z = 0;
+	double x[SS_DENSE], z = 0;
 
 	for (int j = 0; j < SS_DENSE; j++) {
 		double g = ss__gauss(rng);
 
-		empty[j] = ss__uniform(rng) < 0.05;
+		empty[j] = ss__uniform(rng) < t->missing[j];
 		ints[j] = (long)floor(exp(1.0 + 1.2 * g)) - 1;
 		/* on the feature as a reader sees it (empty reads as 0), so
 		 * that the floor is one a student can reach */
-		z += 0.3 * ss_param(t->seed, 1, j, 0) *
-		     (log1p(!empty[j] && ints[j] > 0 ? (double)ints[j] : 0) -
-		      1.2);
+		x[j] = ss_dense_seen(ints[j], empty[j]);
+		z += 0.3 * ss_param(t->seed, 1, j, 0) * x[j];
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
 		v[j] = (uint32_t)(ss__zipf_draw(&t->zipf[j], rng) - 1);
-		empty[SS_DENSE + j] = ss__uniform(rng) < 0.03;
+		empty[SS_DENSE + j] =
+			ss__uniform(rng) < t->missing[SS_DENSE + j];
 		/* the value as written: a hash, never 0 (the empty value) */
 		vals[j] = (uint32_t)ss__mix64(t->seed ^ ((uint64_t)j << 32) ^
 					      v[j]) |
@@ -113,6 +147,20 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 			dot += ss_param(t->seed, 3 + d, a, v[a]) *
 			       ss_param(t->seed, 3 + d, b, v[b]);
 		z += t->pair_scale * dot;
+	}
+	for (int k = 0; t->dense_pair_scale && k < SS_GEN_PAIRS; k++) {
+		int a = t->dense_pairs[k][0], b = t->dense_pairs[k][1];
+
+		z += t->dense_pair_scale * ss_param(t->seed, 7, k, 0) * x[a] *
+		     x[b];
+	}
+	/* a value's own slope on a dense feature */
+	for (int k = 0; t->dense_cat_scale && k < SS_GEN_PAIRS; k++) {
+		int a = t->dense_cats[k][0], c = t->dense_cats[k][1];
+
+		if (!empty[SS_DENSE + c])
+			z += t->dense_cat_scale * x[a] *
+			     ss_param(t->seed, 8, c, v[c]);
 	}
 	return z;
 }
@@ -196,6 +244,8 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 	t.seed = ss__mix64(o->seed);
 	t.value_scale = o->value_scale;
 	t.pair_scale = o->pair_scale;
+	t.dense_pair_scale = o->dense_pair_scale;
+	t.dense_cat_scale = o->dense_cat_scale;
 	if (!o->cardinality || !o->examples)
 		return ss_error_set(-EINVAL, "nothing to generate", NULL,
 				    "%llu examples of cardinality %u",
@@ -209,11 +259,32 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 				  (unsigned long long)o->examples);
 		goto out;
 	}
-	for (int j = 0; j < SS_SPARSE; j++)
-		ss__zipf_init(&t.zipf[j], ss_gen_cardinality(o, j), o->zipf);
+	if (o->missing > 0.5 || o->zipf_max > 5) {
+		rc = ss_error_set(-EINVAL, "out of range", NULL,
+				  "missing share %g (at most 0.5), Zipf "
+				  "exponent up to %g (at most 5)",
+				  o->missing, o->zipf_max);
+		goto out;
+	}
+	for (int j = 0; j < SS_SPARSE; j++) {
+		double s = o->zipf;
+
+		if (o->zipf_max > o->zipf)
+			s += (o->zipf_max - o->zipf) * ss_uparam(t.seed, 9, j);
+		ss__zipf_init(&t.zipf[j], ss_gen_cardinality(o, j), s);
+	}
+	for (int j = 0; j < SS_DENSE + SS_SPARSE; j++)
+		t.missing[j] =
+			o->missing < 0 ?
+				(j < SS_DENSE ? 0.05 : 0.03) :
+				2 * o->missing * ss_uparam(t.seed, 10, j);
 	for (int k = 0; k < SS_GEN_PAIRS; k++) {
 		t.pairs[k][0] = k;
 		t.pairs[k][1] = SS_SPARSE - 1 - k;
+		t.dense_pairs[k][0] = k;
+		t.dense_pairs[k][1] = SS_DENSE - 1 - k;
+		t.dense_cats[k][0] = 2 * k;
+		t.dense_cats[k][1] = (5 * k + 3) % SS_SPARSE;
 	}
 	bias = ss_calibrate(&t, o->ctr);
 	/* the teacher comes from the seed, the examples from the stream too */

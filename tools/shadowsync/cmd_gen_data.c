@@ -17,9 +17,10 @@ static void ss_gen_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: shadowsync gen-data --out FILE [--examples N] [--seed S] [--ctr P]\n"
-		"                           [--zipf A] [--shape S] [--cardinality K]\n"
-		"                           [--value-scale X] [--pair-scale X] [--stream K]\n"
-		"                           [--json]\n"
+		"                           [--zipf A[:B]] [--shape S] [--cardinality K]\n"
+		"                           [--cap K] [--missing P] [--value-scale X]\n"
+		"                           [--pair-scale X] [--dense-pair-scale X]\n"
+		"                           [--dense-cat-scale X] [--stream K] [--json]\n"
 		"\n"
 		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
 		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"
@@ -33,16 +34,25 @@ static void ss_gen_usage(FILE *out)
 		"  -t, --stream K         another sample of the same teacher: 1 for a\n"
 		"                         held-out file to go with stream 0 (default 0)\n"
 		"  -c, --ctr P            click rate to aim for (default 0.25)\n"
-		"  -z, --zipf A           Zipf exponent of categorical values (default 1.1)\n"
+		"  -z, --zipf A[:B]       Zipf exponent of categorical values (default 1.1);\n"
+		"                         A:B draws each feature's own from A to B\n"
 		"  -S, --shape S          distinct values per categorical feature: uniform\n"
 		"                         (--cardinality each; the default) or criteo\n"
 		"                         (Criteo Kaggle's 26 counts, 3 to 10 million: long\n"
 		"                         tails, tables larger than the model's)\n"
 		"  -k, --cardinality K    values per feature when uniform (default 30)\n"
+		"  -K, --cap K            at most K values a feature (with criteo: the\n"
+		"                         counts capped, as a hashed model caps them)\n"
+		"  -m, --missing P        share of empty fields, each column its own rate\n"
+		"                         from 0 to 2P (default: 5 %% of dense, 3 %% of\n"
+		"                         categorical fields in every column)\n"
 		"  -w, --value-scale X    standard deviation of each value's own weight in\n"
 		"                         the teacher's logit (default 0.35)\n"
 		"  -p, --pair-scale X     weight of the teacher's pairwise interactions, dot\n"
 		"                         products of 4-dim value embeddings (default 0.05)\n"
+		"  -d, --dense-pair-scale X  weight of 6 dense x dense products (default 0)\n"
+		"  -x, --dense-cat-scale X   weight of 6 dense x categorical terms: each\n"
+		"                         value its own slope on a dense feature (default 0)\n"
 		"  -j, --json             print the summary as JSON\n"
 		"  -h, --help             this help\n");
 }
@@ -85,10 +95,44 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 	ss_json_field(f, "zipf", "%g", o->zipf);
 	ss_json_field(f, "value_scale", "%g", o->value_scale);
 	ss_json_field(f, "pair_scale", "%g", o->pair_scale);
+	if (o->zipf_max > o->zipf)
+		ss_json_field(f, "zipf_max", "%g", o->zipf_max);
+	if (o->cap)
+		fprintf(f, ",\"cap\":%u", o->cap);
+	if (o->missing >= 0)
+		ss_json_field(f, "missing", "%g", o->missing);
+	ss_json_field(f, "dense_pair_scale", "%g", o->dense_pair_scale);
+	ss_json_field(f, "dense_cat_scale", "%g", o->dense_cat_scale);
 	fputs("}\n", f);
 	return fclose(f) == 0 ?
 		       0 :
 		       ss_error_set(-errno, NULL, NULL, "writing '%s'", json);
+}
+
+/* --zipf A or A:B (B > A: each feature's exponent drawn from [A, B]). */
+static int ss_gen_parse_zipf(const char *text, struct ss_gen_options *o)
+{
+	const char *colon = strchr(text, ':');
+	char lo[64];
+	int rc;
+
+	if (!colon)
+		return ss_parse_double("--zipf", text, 0, 5, &o->zipf);
+	snprintf(lo, sizeof(lo), "%.*s", (int)(colon - text), text);
+	rc = ss_parse_double("--zipf", lo, 0, 5, &o->zipf);
+	if (rc == 0)
+		rc = ss_parse_double("--zipf", colon + 1, 0, 5, &o->zipf_max);
+	/* named whole: the half alone would not say where it came from */
+	if (rc < 0)
+		return ss_error_set(SS_EUSAGE,
+				    "A and B must be numbers from 0 to 5",
+				    "give A:B with A < B, or one exponent",
+				    "--zipf '%s'", text);
+	if (o->zipf_max <= o->zipf)
+		return ss_error_set(SS_EUSAGE, "the range is empty",
+				    "give A:B with A < B, or one exponent",
+				    "--zipf '%s'", text);
+	return 0;
 }
 
 int ss_cmd_gen_data(int argc, char **argv)
@@ -104,6 +148,10 @@ int ss_cmd_gen_data(int argc, char **argv)
 		{ "cardinality", required_argument, NULL, 'k' },
 		{ "value-scale", required_argument, NULL, 'w' },
 		{ "pair-scale", required_argument, NULL, 'p' },
+		{ "cap", required_argument, NULL, 'K' },
+		{ "missing", required_argument, NULL, 'm' },
+		{ "dense-pair-scale", required_argument, NULL, 'd' },
+		{ "dense-cat-scale", required_argument, NULL, 'x' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -121,8 +169,8 @@ int ss_cmd_gen_data(int argc, char **argv)
 
 	ss_gen_options_init(&o);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:S:k:w:p:jh", options,
-				  NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:S:k:K:m:d:x:w:p:jh",
+				  options, NULL)) != -1) {
 		switch (opt) {
 		case 'o':
 			out = optarg;
@@ -145,7 +193,23 @@ int ss_cmd_gen_data(int argc, char **argv)
 					     &o.ctr);
 			break;
 		case 'z':
-			rc = ss_parse_double("--zipf", optarg, 0, 5, &o.zipf);
+			rc = ss_gen_parse_zipf(optarg, &o);
+			break;
+		case 'K':
+			rc = ss_parse_long("--cap", optarg, 1, 100000000, &v);
+			o.cap = (uint32_t)v;
+			break;
+		case 'm':
+			rc = ss_parse_double("--missing", optarg, 0, 0.5,
+					     &o.missing);
+			break;
+		case 'd':
+			rc = ss_parse_double("--dense-pair-scale", optarg, 0,
+					     10, &o.dense_pair_scale);
+			break;
+		case 'x':
+			rc = ss_parse_double("--dense-cat-scale", optarg, 0, 10,
+					     &o.dense_cat_scale);
 			break;
 		case 'S': {
 			int i;
