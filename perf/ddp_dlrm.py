@@ -37,9 +37,11 @@ def main():
     p.add_argument("--steps", type=int, default=0,
                    help="stop after so many steps (0: the rank's data)")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=1,
+                   help="model initialization (rank 0's, broadcast)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    torch.manual_seed(1)
+    torch.manual_seed(a.seed)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     ex = train.read(a.data, rank, world)
