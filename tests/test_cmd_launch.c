@@ -239,9 +239,26 @@ Test(cmd_launch, sharded_tables_are_held_once_and_every_gradient_applied)
 			     "%s\n%s", r[i], r[1 - i]);
 		cr_assert_lt(cmd_json_number(r[i], "test_ne"), 0.97, "%s",
 			     r[i]);
+		/* the next rows read once a step is sent, none ahead */
+		cr_assert_eq(cmd_json_number(r[i], "prefetch"), 0, "%s", r[i]);
 	}
 	cr_assert_float_eq(cmd_json_number(r[0], "test_ne"),
 			   cmd_json_number(r[1], "test_ne"), 1e-6, "%s", out);
+}
+
+/* --prefetch exact: each step applied before the next rows are read (the
+ * library's exactness is tested in test_table.c); the summary names it. */
+Test(cmd_launch, prefetch_exact_is_taken_and_named)
+{
+	char out[16384];
+
+	cr_assert_eq(cmd_run(out, sizeof(out),
+			     "%s train --data %s/train.txt " MODEL
+			     " --threads 1 --progress 0 --tables sharded "
+			     "--prefetch exact 2>&1",
+			     SS_COMMAND, dir),
+		     0, "%s", out);
+	cr_assert(strstr(out, "for rows (prefetch exact)"), "%s", out);
 }
 
 Test(cmd_launch, output_is_prefixed_by_rank)

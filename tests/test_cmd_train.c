@@ -239,6 +239,9 @@ Test(cmd_train, refusals_name_the_option)
 		      "--adagrad-eps with --optimizer sgd");
 	train_refused(2, "--data-split static --chunk-size 8192",
 		      "--chunk-size with --data-split static");
+	train_refused(2, "--prefetch -1", "--prefetch '-1': out of range");
+	train_refused(2, "--prefetch soon",
+		      "--prefetch 'soon': not a decimal integer");
 	train_refused(2, "--prefetch 3",
 		      "--prefetch with --tables replicated (the default for "
 		      "one rank): only with --tables sharded");

@@ -1103,7 +1103,7 @@ static int body_train(struct ss_table *t, int rank, struct job *job)
 	}
 	ss_model_init(m, params, t->opts.seed); /* the MLPs */
 	o.table = t;
-	o.prefetch = 0;
+	o.prefetch = SS_TRAIN_PREFETCH_EXACT;
 	rank_fail_if(rank, ss_train(m, params, &o, &res), "train");
 	rank_fail_if(rank, ss_table_flush(t, 10000), "flush");
 	for (size_t i = 0; i < dense; i++)

@@ -367,14 +367,16 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 /*
  * With sharded tables: the lookups of the next @prefetch batches are in
  * flight while this one computes, in slots batch % depth of the table
- * client that this trainer is.
+ * client that this trainer is; with none ahead, the next is posted once
+ * this step's gradients are pushed (or applied, when exact).
  */
 static int ss_trainer_run_sharded(struct ss_trainer *t,
 				  struct ss_model_work *work,
 				  struct ss_reader **reader)
 {
 	const struct ss_train_options *o = t->opts;
-	int depth = 1 + o->prefetch, rc = 0, got[SS_TRAIN_MAX_PREFETCH + 1];
+	int depth = 1 + (o->prefetch > 0 ? o->prefetch : 0), rc = 0,
+	    got[SS_TRAIN_MAX_PREFETCH + 1];
 	size_t per = (size_t)o->batch * SS_SPARSE,
 	       D = (size_t)t->config->emb_dim;
 	struct ss_example *batch =
@@ -437,8 +439,8 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 					  &t->optim, rows, gids, grads, &ng) *
 		       got[k];
 		rc = ss_table_push(o->table, t->index, gids, grads, ng);
-		/* no prefetch: the next rows are read with this step in them */
-		if (rc == 0 && o->prefetch == 0)
+		/* exact: the next rows are read with this step in them */
+		if (rc == 0 && o->prefetch == SS_TRAIN_PREFETCH_EXACT)
 			rc = ss_table_flush(o->table, 30000);
 		if (rc == 0)
 			rc = ss_trainer_account(t, b, got[k], loss, &steps);
@@ -647,11 +649,12 @@ static int ss_train_run(const struct ss_model_config *config, float *params,
 		return ss_error_set(SS_EUSAGE, "must be at least 1", NULL,
 				    "%d trainer threads, batch %d, %d epochs",
 				    o->threads, o->batch, o->epochs);
-	if (o->table &&
-	    (o->prefetch < 0 || o->prefetch > SS_TRAIN_MAX_PREFETCH))
+	if (o->table && (o->prefetch < SS_TRAIN_PREFETCH_EXACT ||
+			 o->prefetch > SS_TRAIN_MAX_PREFETCH))
 		return ss_error_set(SS_EUSAGE, "out of range", NULL,
-				    "prefetch %d (0 to %d)", o->prefetch,
-				    SS_TRAIN_MAX_PREFETCH);
+				    "prefetch %d (SS_TRAIN_PREFETCH_EXACT, or "
+				    "0 to %d)",
+				    o->prefetch, SS_TRAIN_MAX_PREFETCH);
 	for (int i = 0; i < (o->n_data_files ? o->n_data_files : 1); i++) {
 		const char *path = o->n_data_files ? o->data_files[i] : o->data;
 		uint64_t len;

@@ -89,8 +89,10 @@ static void ss_train_usage(FILE *out)
 		"                         of the tables, synchronized with the MLPs; local:\n"
 		"                         each rank its own tables, not synchronized\n"
 		"  --prefetch D           sharded: the rows of the next D batches are read\n"
-		"                         while this one computes (1; 0: each step applied\n"
-		"                         before the next reads, exact and slow)\n"
+		"                         while this one computes, up to D steps stale\n"
+		"                         (0, the default: the next batch's rows are read\n"
+		"                         once this step's gradients are sent; exact: once\n"
+		"                         they are applied, slow)\n"
 		"  --round-timeout-ms N   leave a silent peer out of a round after N ms (5000)\n"
 		"cluster\n"
 		"  --rank R               this rank (default: from srun/mpirun/PMI, else 0)\n"
@@ -387,7 +389,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->port = 7000;
 	c->split = -1;
 	c->tables = -1; /* by the world size, once known */
-	c->train.prefetch = 1;
+	c->train.prefetch = 0;
 	/* A key that does not parse is refused: falling back to the default
 	 * would let two jobs with different keys join each other. */
 	if (key && *key) {
@@ -546,8 +548,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			c->tables = i;
 			break;
 		case OPT_PREFETCH:
-			rc = ss_parse_long("--prefetch", optarg, 0,
-					   SS_TRAIN_MAX_PREFETCH, &v);
+			v = SS_TRAIN_PREFETCH_EXACT;
+			if (strcmp(optarg, "exact") != 0)
+				rc = ss_parse_long("--prefetch", optarg, 0,
+						   SS_TRAIN_MAX_PREFETCH, &v);
 			c->train.prefetch = (int)v;
 			break;
 		case OPT_RANK:

@@ -33,7 +33,7 @@ void ss_train_table_options(const struct ss_model_config *m,
 	/* evaluation looks up 256 examples at a time */
 	if (o->max_rows < 256 * SS_SPARSE)
 		o->max_rows = 256 * SS_SPARSE;
-	o->depth = 1 + t->prefetch;
+	o->depth = 1 + (t->prefetch > 0 ? t->prefetch : 0);
 }
 
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
@@ -216,18 +216,21 @@ void ss_table_report_text(const struct ss_train_cmd *c,
 			  const struct ss_train_result *res)
 {
 	struct ss_table_stats st;
+	char ahead[16]; /* --prefetch as given */
 
+	snprintf(ahead, sizeof(ahead), "%d", c->train.prefetch);
 	ss_table_report_stats(c, &st);
 	printf("tables: sharded, %.1f MB of rows (and optimizer state) here; "
 	       "%" PRIu64 " lookups (%.0f/s), %.0f%% of rows at peers, "
-	       "trainers waited %.1f%% of their time for rows (prefetch %d)\n",
+	       "trainers waited %.1f%% of their time for rows (prefetch %s)\n",
 	       (double)st.shard_bytes / 1e6, st.lookups,
 	       res->seconds > 0 ? (double)st.lookups / res->seconds : 0,
 	       st.rows_local + st.rows_remote ?
 		       100.0 * (double)st.rows_remote /
 			       (double)(st.rows_local + st.rows_remote) :
 		       0,
-	       100 * ss_wait_share(c, &st, res), c->train.prefetch);
+	       100 * ss_wait_share(c, &st, res),
+	       c->train.prefetch == SS_TRAIN_PREFETCH_EXACT ? "exact" : ahead);
 	printf("tables: gradients %" PRIu64 " sent, %" PRIu64
 	       " applied here from peers, %" PRIu64 " applied locally, %" PRIu64
 	       " dropped%s\n",
