@@ -431,6 +431,9 @@ void ss_train_progress_read(struct ss_train_progress *p, uint64_t *examples,
 /* ss_train_options.prefetch: each step's gradients applied before the
  * next rows are read (exact, slow; for tests) */
 #define SS_TRAIN_PREFETCH_EXACT (-1)
+/* The lookups a trainer has in flight at @prefetch: the table client's
+ * depth (ss_table_options.depth) that ss_train() needs. */
+#define SS_TRAIN_LOOKUP_DEPTH(prefetch) (1 + ((prefetch) > 0 ? (prefetch) : 0))
 
 /*
  * Data left to train: bytes [@begin, @end) of the file (a line belongs to

@@ -251,19 +251,17 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 				    "%llu examples of cardinality %u",
 				    (unsigned long long)o->examples,
 				    o->cardinality);
+	if (o->missing > 0.5 || o->zipf_max > 5)
+		return ss_error_set(-EINVAL, "out of range", NULL,
+				    "missing share %g (at most 0.5), Zipf "
+				    "exponent up to %g (at most 5)",
+				    o->missing, o->zipf_max);
 	p = malloc(o->examples * sizeof(float));
 	y = malloc(o->examples * sizeof(float));
 	if (!p || !y) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL,
 				  "generating %llu examples",
 				  (unsigned long long)o->examples);
-		goto out;
-	}
-	if (o->missing > 0.5 || o->zipf_max > 5) {
-		rc = ss_error_set(-EINVAL, "out of range", NULL,
-				  "missing share %g (at most 0.5), Zipf "
-				  "exponent up to %g (at most 5)",
-				  o->missing, o->zipf_max);
 		goto out;
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {

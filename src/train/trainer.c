@@ -375,7 +375,7 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 				  struct ss_reader **reader)
 {
 	const struct ss_train_options *o = t->opts;
-	int depth = 1 + (o->prefetch > 0 ? o->prefetch : 0), rc = 0,
+	int depth = SS_TRAIN_LOOKUP_DEPTH(o->prefetch), rc = 0,
 	    got[SS_TRAIN_MAX_PREFETCH + 1];
 	size_t per = (size_t)o->batch * SS_SPARSE,
 	       D = (size_t)t->config->emb_dim;

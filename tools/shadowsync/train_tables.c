@@ -33,7 +33,7 @@ void ss_train_table_options(const struct ss_model_config *m,
 	/* evaluation looks up 256 examples at a time */
 	if (o->max_rows < 256 * SS_SPARSE)
 		o->max_rows = 256 * SS_SPARSE;
-	o->depth = 1 + (t->prefetch > 0 ? t->prefetch : 0);
+	o->depth = SS_TRAIN_LOOKUP_DEPTH(t->prefetch);
 }
 
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
