@@ -136,13 +136,39 @@ def mlp(sizes, last_relu):
     return nn.Sequential(*mods)
 
 
+class LowRankCrossNet(nn.Module):
+    """DCNv2's low-rank cross network, as TorchRec's LowRankCrossNet and
+    our --interaction dcn: x_{l+1} = x0 * (W_l (V_l x_l) + b_l) + x_l;
+    W and V xavier-normal, b 0, as TorchRec and ss_model_init."""
+
+    def __init__(self, d, layers, rank):
+        super().__init__()
+        std = (2.0 / (d + rank))**0.5
+        self.W = nn.ParameterList(
+            [nn.Parameter(torch.randn(d, rank) * std) for _ in range(layers)])
+        self.V = nn.ParameterList(
+            [nn.Parameter(torch.randn(rank, d) * std) for _ in range(layers)])
+        self.b = nn.ParameterList(
+            [nn.Parameter(torch.zeros(d)) for _ in range(layers)])
+
+    def forward(self, x0):
+        x = x0
+        for W, V, b in zip(self.W, self.V, self.b):
+            x = x0 * torch.addmm(b, x @ V.t(), W.t()) + x
+        return x
+
+
 class CTR(nn.Module):
 
-    def __init__(self, emb_dim, bottom, top, hash_size):
+    def __init__(self, emb_dim, bottom, top, hash_size, cross=None):
         super().__init__()
         self.bottom = mlp(bottom, True)
         n = 1 + SPARSE
-        self.top = mlp([emb_dim + n * (n - 1) // 2] + top, False)
+        # cross: (layers, rank) for DCNv2, None for DLRM's dot products
+        self.cross = (LowRankCrossNet(n * emb_dim, *cross)
+                      if cross else None)
+        self.top = mlp([n * emb_dim if cross else
+                        emb_dim + n * (n - 1) // 2] + top, False)
         self.emb = nn.Embedding(SPARSE * hash_size, emb_dim, sparse=True)
         bound = (1.0 / hash_size)**0.5
         nn.init.uniform_(self.emb.weight, -bound, bound)
@@ -155,6 +181,8 @@ class CTR(nn.Module):
         z = self.bottom(dense)  # batch x D
         e = self.emb(rows)  # batch x 26 x D
         t = torch.cat([z.unsqueeze(1), e], dim=1)  # batch x 27 x D
+        if self.cross is not None:
+            return self.top(self.cross(t.flatten(1))).squeeze(1)
         dots = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
         return self.top(torch.cat([z, dots], dim=1)).squeeze(1)
 
@@ -283,6 +311,11 @@ def main():
     p.add_argument("--bottom", default="13-512-256-64-16")
     p.add_argument("--top", default="512-256-1")
     p.add_argument("--hash-size", type=int, default=100000)
+    p.add_argument("--interaction", choices=("dot", "dcn"), default="dot",
+                   help="dot (DLRM's, the default) or dcn (DCNv2's "
+                   "low-rank cross network, as train --interaction dcn)")
+    p.add_argument("--cross-layers", type=int, default=3)
+    p.add_argument("--cross-rank", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--test", help="held-out Criteo-format file: NE, AUC "
                    "and calibration at the end, as shadowsync train's")
@@ -315,7 +348,9 @@ def main():
         sys.exit(f"torch_ctr.py: error: data file '{args.data}': no examples")
     for t in data:
         t.share_memory_()
-    model = CTR(args.emb_dim, bottom, top, args.hash_size)
+    model = CTR(args.emb_dim, bottom, top, args.hash_size,
+                (args.cross_layers, args.cross_rank)
+                if args.interaction == "dcn" else None)
     model.share_memory()
     # Adagrad's accumulators in shared memory, made before the fork: one
     # set for every process (Hogwild on the state too, as ours)
@@ -361,6 +396,7 @@ def main():
         "examples_per_cpu_s": round(examples / cpu, 1),
         "train_log_loss": round(sum(r[1] for r in results) / examples, 6),
         "optimizer": args.optimizer,
+        "interaction": args.interaction,
         "lr": args.lr,
         "parse_seconds": round(parse_s, 3),
         "torch": torch.__version__,

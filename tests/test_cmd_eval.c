@@ -354,3 +354,79 @@ Test(cmd_eval, tables_of_several_sizes)
 	cr_assert(strstr(out, "bad.txt:1 'x': not a decimal integer"), "%s",
 		  out);
 }
+
+/*
+ * --interaction dcn through every command that reads a model: two ranks
+ * on sharded tables train it (the cross network synced with the MLPs)
+ * and eval reads their set back to rank 0's figures; one rank's
+ * checkpoint exports every float, the cross layers named and shaped in
+ * model.json; a checkpoint of the dot model is refused by a DCN run that
+ * loads it; bad cross options are refused naming them.
+ */
+#define DCN "--interaction dcn --cross-layers 2 --cross-rank 8"
+
+Test(cmd_eval, the_dcn_model_trains_evaluates_and_exports)
+{
+	enum { CAP = 400000 };
+	float *want = malloc(CAP * sizeof(float));
+	float *got = malloc(CAP * sizeof(float));
+	char trained[16384], evaluated[4096], out[8192], path[512];
+	uint64_t hash, n, examples;
+	const char *rank0;
+
+	sharded_eval_is_rank0s(MODEL " " DCN, evaluated, sizeof(evaluated),
+			       trained, sizeof(trained), &rank0);
+	cr_assert(strstr(rank0, "\"interaction\":\"dcn\",\"cross_layers\":2,"
+				"\"cross_rank\":8"),
+		  "%s", rank0);
+	cr_assert_lt(cmd_json_number(rank0, "test_ne"), 1.0, "%s", rank0);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data train.txt " MODEL " " DCN
+			 " --threads 1 --progress 0 --save m.ckpt 2>&1 && "
+			 "$S export --load m.ckpt --out m 2>&1 && "
+			 "cat m/model.json"),
+		     0, "%s", out);
+	cr_assert(strstr(out, "\"interaction_kind\": \"dcn\",\n  "
+			      "\"cross_layers\": 2,\n  \"cross_rank\": 8"),
+		  "%s", out);
+	/* width 27 x 4 = 108: W 108 x 8, V 8 x 108, the bias 108 */
+	cr_assert(strstr(out, "\"name\": \"cross.1.W\", \"file\": "
+			      "\"cross.1.W.npy\", \"shape\": [108, 8]"),
+		  "%s", out);
+	cr_assert(strstr(out, "\"name\": \"cross.1.V\", \"file\": "
+			      "\"cross.1.V.npy\", \"shape\": [8, 108]"),
+		  "%s", out);
+	cr_assert(strstr(out, "\"top\": [16, 1]"), "%s", out);
+	cr_assert(strstr(out, "\"top_input\": 108"), "%s", out);
+	snprintf(path, sizeof(path), "%s/m.ckpt", dir);
+	cr_assert_eq(ss_checkpoint_peek(path, &hash, &n, &examples), 0);
+	cr_assert(n < CAP);
+	cr_assert_eq(
+		ss_checkpoint_load(path, want, NULL, n, hash, &examples, NULL),
+		0);
+	cr_assert_eq(read_export("m", got, CAP), (long)n);
+	cr_assert(memcmp(got, want, n * sizeof(float)) == 0);
+	/* the dot model's checkpoint is another model */
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data test.txt " MODEL
+			 " --threads 1 --progress 0 --save dot.ckpt >/dev/null "
+			 "2>&1 && $S train --data test.txt " MODEL " " DCN
+			 " --threads 1 --progress 0 --load dot.ckpt 2>&1"),
+		     1, "%s", out);
+	cr_assert(strstr(out, "'dot.ckpt'"), "%s", out);
+	cr_assert(strstr(out, "another model layout"), "%s", out);
+	cr_assert(strstr(out, "--interaction"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data test.txt " MODEL
+			 " --interaction dcn --cross-rank 109 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--cross-rank 109 (width 108)"), "%s", out);
+	cr_assert_eq(run(out, sizeof(out),
+			 "$S train --data test.txt " MODEL
+			 " --interaction cross 2>&1"),
+		     2, "%s", out);
+	cr_assert(strstr(out, "--interaction"), "%s", out);
+	cr_assert(strstr(out, "dot"), "%s", out);
+	free(want);
+	free(got);
+}

@@ -202,12 +202,37 @@ int ss_blas_check(void);
 
 /*
  * The CTR model, DLRM-shaped: the dense features through a bottom MLP, the
- * 26 categorical values hashed into embedding tables, the pairwise dot
- * products of the bottom output and the embeddings, a top MLP, a sigmoid.
- * All parameters live in one flat float array (the replica): the MLPs in
- * one contiguous block first, then the tables.
+ * 26 categorical values hashed into embedding tables, an interaction of
+ * the bottom output and the embeddings, a top MLP, a sigmoid.  The
+ * interaction is DLRM's pairwise dot products, or DCNv2's low-rank cross
+ * network over their concatenation (MLPerf's DLRM-DCNv2).  All parameters
+ * live in one flat float array (the replica): the dense part (the MLPs,
+ * then the cross network) in one contiguous block first, then the tables.
  */
 #define SS_MAX_LAYERS 8
+
+/*
+ * How a feature's bag of values (multi-hot data: several values in one
+ * field) becomes its one vector: the sum or the mean of their rows.  A
+ * bag of one value gives its row either way; an empty one, zeros.
+ */
+enum ss_pooling {
+	SS_POOLING_SUM,
+	SS_POOLING_MEAN,
+};
+
+/* How the top MLP's input is made from the 27 vectors. */
+enum ss_interaction {
+	/* z, then the dot product of every pair: D + 27 * 26 / 2 floats */
+	SS_INTERACTION_DOT,
+	/*
+	 * DCNv2's low-rank cross network over x0, the 27 vectors end to
+	 * end (d = 27 D floats): x_{l+1} = x0 * (W_l (V_l x_l) + b_l) + x_l
+	 * (elementwise product), W_l d x R, V_l R x d; the top MLP takes
+	 * the last x.
+	 */
+	SS_INTERACTION_DCN,
+};
 
 struct ss_model_config {
 	int emb_dim; /* embedding size, also the bottom MLP's output */
@@ -223,9 +248,16 @@ struct ss_model_config {
 	 * values.
 	 */
 	uint32_t table_rows[SS_SPARSE];
+	enum ss_interaction interaction;
+	int cross_layers, cross_rank; /* SS_INTERACTION_DCN's L and R */
+	enum ss_pooling pooling; /* a bag's rows into its feature's vector */
+	int reserved[4]; /* 0 */
 };
 
-/* ss_model_config_init() - 16, 13-512-256-64-16, 512-256-1, 100000 rows. */
+/*
+ * ss_model_config_init() - 16, 13-512-256-64-16, 512-256-1, 100000 rows,
+ * dot interaction (with DCN: 3 cross layers of rank 64, when asked for).
+ */
 void ss_model_config_init(struct ss_model_config *config);
 
 /* ss_model_table_rows() - the rows of table @j (0 to 25). */
@@ -251,8 +283,34 @@ int ss_model_layers_parse(const char *option, const char *text, int *sizes,
 /* ss_model_check() - the sizes fit together; SS_EUSAGE says how not. */
 int ss_model_check(const struct ss_model_config *config);
 
-/* ss_model_top_input() - the top MLP's input: emb_dim + 27 * 26 / 2. */
+/*
+ * ss_model_interaction_parse() - "dot" or "dcn" into config->interaction.
+ * Returns 0 or SS_EUSAGE naming @option.
+ */
+int ss_model_interaction_parse(const char *option, const char *text,
+			       struct ss_model_config *config);
+
+/* ss_model_interaction_name() - "dot" or "dcn". */
+const char *ss_model_interaction_name(enum ss_interaction interaction);
+
+/* ss_model_pooling_parse() / _name() - "sum" or "mean". */
+int ss_model_pooling_parse(const char *option, const char *text,
+			   struct ss_model_config *config);
+const char *ss_model_pooling_name(enum ss_pooling pooling);
+
+/*
+ * ss_model_top_input() - the top MLP's input: emb_dim + 27 * 26 / 2 (dot),
+ * 27 * emb_dim (dcn).
+ */
 int ss_model_top_input(const struct ss_model_config *config);
+
+/*
+ * ss_model_cross_offset() - where cross layer @l (0 to cross_layers - 1;
+ * cross_layers: the end of the cross network, which is the end of the
+ * dense part) starts in the replica: W_l (d x R, row-major), V_l (R x d),
+ * b_l (d), with d = ss_model_top_input().  They follow the MLPs' layers.
+ */
+size_t ss_model_cross_offset(const struct ss_model_config *config, int l);
 
 /* ss_model_layers() - the dense layers: the bottom MLP's, then the top's. */
 int ss_model_layers(const struct ss_model_config *config);
@@ -266,14 +324,19 @@ int ss_model_layers(const struct ss_model_config *config);
 void ss_model_layer_shape(const struct ss_model_config *config, int l, int *in,
 			  int *out);
 
-/* ss_model_dense_len() / ss_model_len() - floats of the MLPs / of all. */
+/*
+ * ss_model_dense_len() / ss_model_len() - floats of the dense part (the
+ * MLPs and the cross network) / of all.
+ */
 size_t ss_model_dense_len(const struct ss_model_config *config);
 size_t ss_model_len(const struct ss_model_config *config);
 
 /*
  * ss_model_init() - initialize @params as DLRM does: weights normal with
  * standard deviation sqrt(2 / (in + out)), biases sqrt(1 / out), table rows
- * uniform in +-sqrt(1 / rows).  The same seed gives the same model.
+ * uniform in +-sqrt(1 / rows); the cross network's W and V as the
+ * weights, its b 0 (TorchRec's LowRankCrossNet).  The same seed gives the
+ * same model.
  */
 void ss_model_init(const struct ss_model_config *config, float *params,
 		   uint64_t seed);

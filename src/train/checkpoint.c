@@ -540,8 +540,9 @@ static int ss_check_header(const char *path, const unsigned char *head,
 	if (ss_get64(head + 16) != layout_hash || count != n)
 		return ss_error_set(
 			SS_ELAYOUT, "it was saved from another model layout",
-			"give the --emb-dim, --bottom, --top and --hash-size "
-			"of the run that saved it",
+			"give the model options of the run that saved it "
+			"(--emb-dim, --bottom, --top, --hash-size, "
+			"--interaction and its --cross-*)",
 			"checkpoint '%s' (layout %016llx, %llu parameters; "
 			"this model: %016llx, %zu)",
 			path, (unsigned long long)ss_get64(head + 16),

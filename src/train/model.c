@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: BSD-2-Clause
 /*
  * The DLRM-shaped CTR model: bottom MLP over the dense features, one
- * embedding table per categorical feature, pairwise dot products of the 27
- * vectors (bottom output and 26 embeddings), top MLP, sigmoid, binary
- * cross-entropy.  Forward and backward of the MLPs go through BLIS
- * (dense.c); the interaction and the sparse table updates are plain loops.
- * The update is SGD or Adagrad; Adagrad's accumulators are an array beside
- * the parameters, laid out like them.
+ * embedding table per categorical feature, an interaction of the 27
+ * vectors (bottom output and 26 embeddings: their pairwise dot products,
+ * or DCNv2's cross network, cross.c), top MLP, sigmoid, binary
+ * cross-entropy.  Forward and backward of the MLPs and the cross network
+ * go through BLIS (dense.c, cross.c); the dot interaction and the sparse
+ * table updates are plain loops.  The update is SGD or Adagrad; Adagrad's
+ * accumulators are an array beside the parameters, laid out like them.
  *
  * Layout of the flat parameter array: for each bottom layer then each top
- * layer, W (out x in) then b (out); then the 26 tables, one after the
- * other, ss_model_table_rows() x emb_dim each.
+ * layer, W (out x in) then b (out); the cross network's layers (with
+ * DCN); then the 26 tables, one after the other, ss_model_table_rows() x
+ * emb_dim each.
  */
 /*
  * vect-cost-model=dynamic: the loops over a batch and over emb_dim have
@@ -33,6 +35,7 @@
 #include "base/hogwild.h"
 #include "base/mix.h"
 #include "base/wide.h"
+#include "cross.h"
 #include "shadowsync/table.h"
 #include "shadowsync/train.h"
 
@@ -51,6 +54,45 @@ void ss_model_config_init(struct ss_model_config *c)
 	c->n_top = 3;
 	memcpy(c->top, top, sizeof(top));
 	c->hash_size = 100000;
+	c->cross_layers = 3;
+	c->cross_rank = 64;
+}
+
+int ss_model_interaction_parse(const char *option, const char *text,
+			       struct ss_model_config *c)
+{
+	static const char *const names[] = { "dot", "dcn", NULL };
+	int i, rc = ss_parse_choice(option, text, names, &i);
+
+	if (rc == 0)
+		c->interaction = i ? SS_INTERACTION_DCN : SS_INTERACTION_DOT;
+	return rc;
+}
+
+const char *ss_model_interaction_name(enum ss_interaction interaction)
+{
+	return interaction == SS_INTERACTION_DCN ? "dcn" : "dot";
+}
+
+int ss_model_pooling_parse(const char *option, const char *text,
+			   struct ss_model_config *c)
+{
+	static const char *const names[] = { "sum", "mean", NULL };
+	int i, rc = ss_parse_choice(option, text, names, &i);
+
+	if (rc == 0)
+		c->pooling = i ? SS_POOLING_MEAN : SS_POOLING_SUM;
+	return rc;
+}
+
+const char *ss_model_pooling_name(enum ss_pooling pooling)
+{
+	return pooling == SS_POOLING_MEAN ? "mean" : "sum";
+}
+
+static bool ss_dcn(const struct ss_model_config *c)
+{
+	return c->interaction == SS_INTERACTION_DCN;
 }
 
 uint32_t ss_model_table_rows(const struct ss_model_config *c, int j)
@@ -112,7 +154,35 @@ int ss_model_layers_parse(const char *option, const char *text, int *sizes,
 
 int ss_model_top_input(const struct ss_model_config *c)
 {
-	return c->emb_dim + SS_PAIRS;
+	return ss_dcn(c) ? SS_VECS * c->emb_dim : c->emb_dim + SS_PAIRS;
+}
+
+/* The cross-network check of ss_model_check(). */
+static int ss_cross_check(const struct ss_model_config *c)
+{
+	int d = SS_VECS * c->emb_dim;
+
+	if (c->interaction != SS_INTERACTION_DOT && !ss_dcn(c))
+		return ss_error_set(SS_EUSAGE, "no such interaction",
+				    "dot or dcn", "--interaction %d",
+				    (int)c->interaction);
+	if (c->pooling != SS_POOLING_SUM && c->pooling != SS_POOLING_MEAN)
+		return ss_error_set(SS_EUSAGE, "no such pooling", "sum or mean",
+				    "--pooling %d", (int)c->pooling);
+	if (!ss_dcn(c))
+		return 0;
+	if (c->cross_layers < 1 || c->cross_layers > SS_MAX_LAYERS)
+		return ss_error_set(SS_EUSAGE, "1 to 8 cross layers",
+				    "DLRMv2 takes 3", "--cross-layers %d",
+				    c->cross_layers);
+	if (c->cross_rank < 1 || c->cross_rank > d)
+		return ss_error_set(SS_EUSAGE,
+				    "the rank is 1 to the cross network's "
+				    "width, 27 x --emb-dim",
+				    "a low rank: DLRMv2 takes 512 of 3456",
+				    "--cross-rank %d (width %d)", c->cross_rank,
+				    d);
+	return 0;
 }
 
 int ss_model_check(const struct ss_model_config *c)
@@ -134,6 +204,8 @@ int ss_model_check(const struct ss_model_config *c)
 	if (c->hash_size == 0)
 		return ss_error_set(SS_EUSAGE, "no rows", NULL,
 				    "--hash-size 0");
+	if (ss_cross_check(c) < 0)
+		return SS_EUSAGE;
 	if (ss_model_table_first(c, SS_SPARSE - 1) +
 		    ss_model_table_rows(c, SS_SPARSE - 1) >
 	    UINT32_MAX)
@@ -164,17 +236,35 @@ int ss_model_layers(const struct ss_model_config *c)
 	return c->n_bottom - 1 + c->n_top;
 }
 
-size_t ss_model_dense_len(const struct ss_model_config *c)
+size_t ss_model_cross_offset(const struct ss_model_config *c, int l)
 {
 	size_t n = 0;
 
-	for (int l = 0; l < ss_model_layers(c); l++) {
+	for (int k = 0; k < ss_model_layers(c); k++) {
 		int in, out;
 
-		ss_model_layer_shape(c, l, &in, &out);
+		ss_model_layer_shape(c, k, &in, &out);
 		n += (size_t)out * (size_t)in + (size_t)out;
 	}
+	if (ss_dcn(c))
+		n += (size_t)l *
+		     ss__cross_layer_len(ss_model_top_input(c), c->cross_rank);
 	return n;
+}
+
+size_t ss_model_dense_len(const struct ss_model_config *c)
+{
+	return ss_model_cross_offset(c, c->cross_layers);
+}
+
+/* The cross network over @params. */
+static struct ss__cross ss_cross(const struct ss_model_config *c, float *params)
+{
+	return (struct ss__cross){ .d = ss_model_top_input(c),
+				   .rank = c->cross_rank,
+				   .layers = c->cross_layers,
+				   .params = params +
+					     ss_model_cross_offset(c, 0) };
 }
 
 size_t ss_model_len(const struct ss_model_config *c)
@@ -227,6 +317,11 @@ void ss_model_init_dense(const struct ss_model_config *c, float *params,
 		for (int i = 0; i < d.out; i++)
 			d.b[i] = sb * (float)ss__gauss(&s);
 	}
+	if (ss_dcn(c)) {
+		struct ss__cross x = ss_cross(c, params);
+
+		ss__cross_init(&x, &s);
+	}
 }
 
 void ss_model_init(const struct ss_model_config *c, float *params,
@@ -259,6 +354,7 @@ struct ss_model_work {
 	float *grad, *grad2; /* activation gradients, batch x widest */
 	float *dw, *db; /* one layer's weight gradients */
 	float *dz; /* batch x emb_dim */
+	float *grad_x0; /* DCN: batch x 27 emb_dim, the gradient of x0 */
 	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
 	uint32_t *rows; /* batch x 26 */
 	uint64_t first[SS_SPARSE]; /* each table's first id */
@@ -268,6 +364,7 @@ struct ss_model_work {
 	size_t slot_mask;
 	/* rows served by the caller (sharded tables): batch x 26 pointers */
 	const float *const *ext;
+	struct ss__cross_work *cross; /* with DCN */
 };
 
 int ss_model_work_create(struct ss_model_work **out,
@@ -321,6 +418,15 @@ int ss_model_work_create(struct ss_model_work **out,
 		     w->grad2 && w->dw && w->db && w->emb && w->demb &&
 		     w->rows && w->slots && w->firsts;
 	}
+	if (ok && ss_dcn(c)) {
+		w->grad_x0 =
+			malloc((size_t)batch * (size_t)widest * sizeof(float));
+		ok = w->grad_x0 != NULL;
+	}
+	if (ok && ss_dcn(c))
+		ok = ss__cross_work_create(&w->cross, ss_model_top_input(c),
+					   c->cross_rank, c->cross_layers,
+					   batch) == 0;
 	if (!ok) {
 		ss_model_work_destroy(&w);
 		return ss_error_set(-ENOMEM, NULL, NULL,
@@ -354,6 +460,8 @@ void ss_model_work_destroy(struct ss_model_work **work)
 	free(w->rows);
 	free(w->slots);
 	free(w->firsts);
+	ss__cross_work_destroy(&w->cross);
+	free(w->grad_x0);
 	free(w);
 	*work = NULL;
 }
@@ -502,6 +610,22 @@ SS_WIDE static void ss_interact_backward(float *const *vec, float *const *dvec,
 		ss_interact_bwd(vec, dvec, g, D);
 }
 
+/* DCN's x0 for one example: its 27 vectors end to end. */
+static void ss_concat(float *const *vec, float *x0, int D)
+{
+	for (int a = 0; a < SS_VECS; a++)
+		memcpy(x0 + (size_t)a * (size_t)D, vec[a],
+		       (size_t)D * sizeof(float));
+}
+
+/* The gradient of x0 back to the 27 vectors it was made of. */
+static void ss_split(const float *dx0, float *const *dvec, int D)
+{
+	for (int a = 0; a < SS_VECS; a++)
+		memcpy(dvec[a], dx0 + (size_t)a * (size_t)D,
+		       (size_t)D * sizeof(float));
+}
+
 /* Copy a table row out of the replica, which other trainers write. */
 SS_HOGWILD static void ss_row_read(float *dst, const float *row, int d)
 {
@@ -603,7 +727,17 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 				    D);
 		}
 		ss_vectors(c, w->z, w->emb, r, vec);
-		ss_interact_forward(vec, t, D);
+		if (w->cross)
+			ss_concat(vec,
+				  ss__cross_x0(w->cross) + (size_t)r * top_in,
+				  D);
+		else
+			ss_interact_forward(vec, t, D);
+	}
+	if (w->cross) {
+		struct ss__cross x = ss_cross(c, params);
+
+		ss__cross_forward(&x, w->cross, w->in[nb], n);
 	}
 	for (int l = nb; l < layers; l++) {
 		struct ss_dense d = ss_layer(c, params, l);
@@ -799,11 +933,23 @@ static double ss_step(const struct ss_model_config *c, float *params,
 		dx = swap;
 	}
 	/* dy: the gradient of the top input; through the interaction. */
+	if (w->cross) {
+		struct ss__cross x = ss_cross(c, params);
+
+		ss__cross_backward(&x, w->cross, dy, dx, w->grad_x0, n, o,
+				   o->kind == SS_OPT_ADAGRAD ?
+					   ss_acc(o, params, x.params) :
+					   NULL);
+	}
 	for (int r = 0; r < n; r++) {
 		float *vec[SS_VECS], *dvec[SS_VECS];
 
-		ss_vectors(c, w->z, w->emb, r, vec);
 		ss_vectors(c, w->dz, w->demb, r, dvec);
+		if (w->cross) {
+			ss_split(w->grad_x0 + (size_t)r * top_in, dvec, D);
+			continue;
+		}
+		ss_vectors(c, w->z, w->emb, r, vec);
 		ss_interact_backward(vec, dvec, dy + (size_t)r * top_in, D);
 	}
 	memcpy(dy, w->dz, (size_t)n * (size_t)D * sizeof(float));

@@ -122,6 +122,35 @@ def test_an_exported_sharded_model_predicts_in_pytorch_as_predict_does(
     assert out.returncode == 1, out.stdout + out.stderr
 
 
+def test_an_exported_dcn_model_predicts_in_pytorch_as_predict_does(
+        data, tmp_path):
+    """train --interaction dcn -> predict -> export -> the loader: the
+    DLRM with its CrossNet gives predict's probabilities; a changed
+    cross weight is caught."""
+    ckpt, model, probs = (tmp_path / "m.ckpt", tmp_path / "model",
+                          tmp_path / "p.txt")
+    for args in (["train", "--data", str(data / "train.txt"), "--threads",
+                  "1", "--save", str(ckpt), *SMALL, "--interaction", "dcn",
+                  "--cross-layers", "2", "--cross-rank", "8"],
+                 ["predict", "--load", str(ckpt), "--data",
+                  str(data / "test.txt"), "--out", str(probs)],
+                 ["export", "--load", str(ckpt), "--out", str(model)]):
+        out = subprocess.run([SHADOWSYNC, *args], env=env(),
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+    check = [PYTHON, "-m", "shadowsync.examples.exported", str(model),
+             "--data", str(data / "test.txt"), "--check", str(probs)]
+    out = subprocess.run(check, env=env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    w = np.load(model / "cross.1.W.npy")
+    w[:] *= 1.5
+    np.save(model / "cross.1.W.npy", w)
+    out = subprocess.run(check, env=env(), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+
+
 def test_the_docs_show_the_exported_models_loader_as_it_is():
     """docs/export.md's loader is exported.py's, line for line."""
     from shadowsync.examples import exported

@@ -39,6 +39,7 @@ static void ss_doctor_usage(FILE *out)
 		"                    local, as train's --tables (sharded: one trainer's\n"
 		"                    tables)\n"
 		"  --emb-dim N --hash-size N --bottom SIZES --top SIZES\n"
+		"  --interaction I --cross-layers L --cross-rank R\n"
 		"                    the model to size it for (defaults: train's)\n"
 		"  -h, --help        this help\n");
 }
@@ -131,6 +132,9 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 		{ "hash-size", required_argument, NULL, 's' },
 		{ "bottom", required_argument, NULL, 'b' },
 		{ "top", required_argument, NULL, 't' },
+		{ "interaction", required_argument, NULL, 'i' },
+		{ "cross-layers", required_argument, NULL, 'L' },
+		{ "cross-rank", required_argument, NULL, 'R' },
 		{ "tables", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -168,6 +172,18 @@ static int ss_doctor_parse(int argc, char **argv, struct ss_doctor *d)
 			break;
 		case 't':
 			rc = ss_cmd_model_option("--top", optarg, &d->model);
+			break;
+		case 'i':
+			rc = ss_cmd_model_option("--interaction", optarg,
+						 &d->model);
+			break;
+		case 'L':
+			rc = ss_cmd_model_option("--cross-layers", optarg,
+						 &d->model);
+			break;
+		case 'R':
+			rc = ss_cmd_model_option("--cross-rank", optarg,
+						 &d->model);
 			break;
 		case 'T':
 			rc = ss_parse_choice("--tables", optarg,

@@ -117,8 +117,9 @@ static int ss_npy_write(int dir, const struct ss_tensor *t)
 /*
  * The tensors of @params, in the order model.json lists them: each
  * layer's weight (out x in, as torch.nn.Linear keeps it) and bias, the
- * bottom MLP's then the top's, then each feature's table.  Returns how
- * many; @t holds at least 2 * (2 * SS_MAX_LAYERS) + SS_SPARSE.
+ * bottom MLP's then the top's; with DCN each cross layer's W (d x R), V
+ * (R x d) and bias (d); then each feature's table.  Returns how many; @t
+ * holds at least 2 * (2 * SS_MAX_LAYERS) + 3 * SS_MAX_LAYERS + SS_SPARSE.
  */
 static int ss_export_tensors(const struct ss_model_config *m,
 			     const float *params, struct ss_tensor *t)
@@ -141,6 +142,23 @@ static int ss_export_tensors(const struct ss_model_config *m,
 		snprintf(t[n++].name, sizeof(t->name), "%s.%d.bias",
 			 bottom ? "bottom" : "top", k);
 		p += (size_t)out;
+	}
+	for (int l = 0;
+	     m->interaction == SS_INTERACTION_DCN && l < m->cross_layers; l++) {
+		size_t d = (size_t)ss_model_top_input(m),
+		       R = (size_t)m->cross_rank;
+		static const char *const part[] = { "W", "V", "bias" };
+
+		for (int k = 0; k < 3; k++) {
+			t[n] = (struct ss_tensor){ .data = p,
+						   .rows = k == 0 ? d :
+							   k == 1 ? R :
+								    0,
+						   .cols = k == 0 ? R : d };
+			snprintf(t[n++].name, sizeof(t->name), "cross.%d.%s", l,
+				 part[k]);
+			p += k < 2 ? d * R : d;
+		}
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
 		uint32_t rows = ss_model_table_rows(m, j);
@@ -186,6 +204,11 @@ static int ss_export_json(int dir, const struct ss_model_config *m,
 	fprintf(f,
 		",\n  \"top_input\": %d,\n  \"top\": ", ss_model_top_input(m));
 	ss_json_ints(f, m->top, m->n_top);
+	fprintf(f, ",\n  \"interaction_kind\": \"%s\"",
+		ss_model_interaction_name(m->interaction));
+	if (m->interaction == SS_INTERACTION_DCN)
+		fprintf(f, ",\n  \"cross_layers\": %d,\n  \"cross_rank\": %d",
+			m->cross_layers, m->cross_rank);
 	fprintf(f, ",\n  \"rows\": [");
 	for (int j = 0; j < SS_SPARSE; j++)
 		fprintf(f, "%s%" PRIu32, j ? ", " : "",
@@ -197,13 +220,19 @@ static int ss_export_json(int dir, const struct ss_model_config *m,
 		"  \"sparse_input\": \"feature j's 8 hex digits as a 32-bit "
 		"value v (0 when empty); its row: splitmix64((j << 32) | v) "
 		"mod rows[j]\",\n"
-		"  \"interaction\": \"z, the bottom MLP's output, then the dot "
-		"product of every pair (a, b), b < a, of [z, e_0 .. e_25] in "
-		"the order a = 1 .. 26, b = 0 .. a - 1\",\n"
+		"  \"interaction\": \"%s\",\n"
 		"  \"activation\": \"relu after every layer but the top's "
 		"last; the output is a logit: sigmoid gives the click "
 		"probability\",\n"
-		"  \"tensors\": [");
+		"  \"tensors\": [",
+		m->interaction == SS_INTERACTION_DCN ?
+			"x0 = [z, e_0 .. e_25] end to end (z the bottom MLP's "
+			"output); for each cross layer l, x = x0 * (W_l (V_l "
+			"x) + bias_l) + x (elementwise product), from x = x0; "
+			"the top MLP takes the last x" :
+			"z, the bottom MLP's output, then the dot product of "
+			"every pair (a, b), b < a, of [z, e_0 .. e_25] in the "
+			"order a = 1 .. 26, b = 0 .. a - 1");
 	for (int i = 0; i < n; i++) {
 		fprintf(f,
 			"%s\n    {\"name\": \"%s\", \"file\": \"%s.npy\", "
@@ -235,7 +264,7 @@ static void ss_export_remove(const char *tmp)
 static int ss_export_write(const char *out, const struct ss_model_config *m,
 			   const float *params, uint64_t trained)
 {
-	struct ss_tensor t[4 * SS_MAX_LAYERS + SS_SPARSE];
+	struct ss_tensor t[7 * SS_MAX_LAYERS + SS_SPARSE];
 	int n = ss_export_tensors(m, params, t), dir, rc = 0;
 	char tmp[4096];
 	struct stat st;

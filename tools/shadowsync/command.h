@@ -40,8 +40,9 @@ int ss_cmd_unknown_option(const char *command, char **argv,
 int ss_cmd_no_more_args(int argc, char **argv);
 
 /*
- * ss_cmd_model_option() - one of the model's sizes, @option being
- * "--emb-dim", "--hash-size", "--bottom" or "--top".
+ * ss_cmd_model_option() - one of the model's options, @option being
+ * "--emb-dim", "--hash-size", "--bottom", "--top", "--interaction",
+ * "--pooling", "--cross-layers" or "--cross-rank".
  */
 int ss_cmd_model_option(const char *option, const char *arg,
 			struct ss_model_config *m);

@@ -147,6 +147,16 @@ int ss_cmd_model_option(const char *option, const char *arg,
 	} else if (!strcmp(option, "--bottom")) {
 		rc = ss_model_layers_parse(option, arg, m->bottom,
 					   &m->n_bottom);
+	} else if (!strcmp(option, "--interaction")) {
+		rc = ss_model_interaction_parse(option, arg, m);
+	} else if (!strcmp(option, "--pooling")) {
+		rc = ss_model_pooling_parse(option, arg, m);
+	} else if (!strcmp(option, "--cross-layers")) {
+		rc = ss_parse_long(option, arg, 1, SS_MAX_LAYERS, &v);
+		m->cross_layers = (int)v;
+	} else if (!strcmp(option, "--cross-rank")) {
+		rc = ss_parse_long(option, arg, 1, 65536, &v);
+		m->cross_rank = (int)v;
 	} else {
 		rc = ss_model_layers_parse(option, arg, m->top, &m->n_top);
 	}

@@ -17,7 +17,7 @@
 uint64_t ss_layout_hash(const struct ss_model_config *m)
 {
 	uint64_t h = 0xcbf29ce484222325ull;
-	int v[4 + 2 * (SS_MAX_LAYERS + 1) + SS_SPARSE], n = 0;
+	int v[8 + 2 * (SS_MAX_LAYERS + 1) + SS_SPARSE], n = 0;
 
 	v[n++] = m->emb_dim;
 	v[n++] = (int)m->hash_size;
@@ -29,6 +29,14 @@ uint64_t ss_layout_hash(const struct ss_model_config *m)
 	v[n++] = -1;
 	for (int i = 0; i < m->n_top; i++)
 		v[n++] = m->top[i];
+	/* DLRM's dot model hashes as it always did */
+	if (m->interaction != SS_INTERACTION_DOT) {
+		v[n++] = (int)m->interaction;
+		v[n++] = m->cross_layers;
+		v[n++] = m->cross_rank;
+	}
+	if (m->pooling != SS_POOLING_SUM)
+		v[n++] = -2 - (int)m->pooling;
 	for (int i = 0; i < n; i++)
 		h = (h ^ (uint64_t)(uint32_t)v[i]) * 0x100000001b3ull;
 	return h;

@@ -50,6 +50,11 @@ static void ss_train_usage(FILE *out)
 		"  --emb-dim N            embedding size (default 16)\n"
 		"  --bottom SIZES         bottom MLP, 13 first, emb-dim last (13-512-256-64-16)\n"
 		"  --top SIZES            top MLP after the interaction, 1 last (512-256-1)\n"
+		"  --interaction I        dot (default: DLRM's pairwise dot products) or dcn\n"
+		"                         (DCNv2's low-rank cross network, as MLPerf's\n"
+		"                         DLRM-DCNv2: the top MLP then takes 27 x emb-dim)\n"
+		"  --cross-layers L       dcn: cross layers (default 3)\n"
+		"  --cross-rank R         dcn: their rank (default 64; DLRMv2: 512)\n"
 		"  --hash-size N          rows per embedding table (default 100000); or 26\n"
 		"                         numbers, one a table (N1,N2,...), or @FILE of them\n"
 		"  --seed S               model initialization; the same on every rank (1)\n"
@@ -153,6 +158,9 @@ enum {
 	OPT_BOTTOM,
 	OPT_TOP,
 	OPT_HASH,
+	OPT_INTERACTION,
+	OPT_CROSS_LAYERS,
+	OPT_CROSS_RANK,
 	OPT_SEED,
 	OPT_THREADS,
 	OPT_BATCH,
@@ -313,6 +321,9 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "bottom", required_argument, NULL, OPT_BOTTOM },
 		{ "top", required_argument, NULL, OPT_TOP },
 		{ "hash-size", required_argument, NULL, OPT_HASH },
+		{ "interaction", required_argument, NULL, OPT_INTERACTION },
+		{ "cross-layers", required_argument, NULL, OPT_CROSS_LAYERS },
+		{ "cross-rank", required_argument, NULL, OPT_CROSS_RANK },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -426,6 +437,18 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_HASH:
 			rc = ss_cmd_model_option("--hash-size", optarg,
+						 &c->model);
+			break;
+		case OPT_INTERACTION:
+			rc = ss_cmd_model_option("--interaction", optarg,
+						 &c->model);
+			break;
+		case OPT_CROSS_LAYERS:
+			rc = ss_cmd_model_option("--cross-layers", optarg,
+						 &c->model);
+			break;
+		case OPT_CROSS_RANK:
+			rc = ss_cmd_model_option("--cross-rank", optarg,
 						 &c->model);
 			break;
 		case OPT_SEED:

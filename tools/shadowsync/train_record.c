@@ -7,7 +7,8 @@
  * The record (little-endian; docs/architecture.md, "Resuming"):
  *
  *    0  magic "SSTRAIN\0"        8 bytes
- *    8  version (1 or 2)         u32  2: tables of several sizes
+ *    8  version (1, 2 or 3)      u32  2: tables of several sizes;
+ *                                     3: a model other than DLRM's dot
  *   12  split                    u32  0 chunks claimed, 1 a fixed share
  *   16  data size                u64  --data's bytes when it was saved
  *   24  epochs                   u32
@@ -30,7 +31,11 @@
  *  160  ranges: begin, end, passes, u64 each
  *
  * Version 2, written when the tables differ in size, has each table's
- * rows (26 x u32) at 160 and the ranges after them, at 264.
+ * rows (26 x u32) at 160 and the ranges after them, at 264.  Version 3,
+ * written for a model other than DLRM's (--interaction dcn, --pooling
+ * mean), has them too, then at 264 the interaction (0 dot, 1 dcn), the
+ * cross layers, their rank and the pooling (0 sum, 1 mean), u32 each,
+ * and the ranges at 280.
  *
  * With a fixed share, the ranges are all a rank has left; with chunks,
  * the chunks it had open, and the counter hands out the rest from
@@ -48,10 +53,11 @@
 #define SS_RECORD_MAGIC "SSTRAIN\0"
 #define SS_RESUME_HEAD 160
 #define SS_RESUME_HEAD_2 (SS_RESUME_HEAD + 4 * SS_SPARSE)
+#define SS_RESUME_HEAD_3 (SS_RESUME_HEAD_2 + 16)
 #define SS_RECORD_LAYERS (SS_MAX_LAYERS + 1)
 #define SS_RESUME_RANGE 24
 #define SS_RECORD_MODEL_ONLY 1u /* flags: no place in the data */
-_Static_assert(SS_RESUME_HEAD_2 <= SS_RECORD_SHARD_MAX,
+_Static_assert(SS_RESUME_HEAD_3 <= SS_RECORD_SHARD_MAX,
 	       "a shard's record is a head");
 
 static void ss_put(unsigned char *p, uint64_t v, int bytes)
@@ -93,9 +99,11 @@ static size_t ss_record_put_model(unsigned char *buf,
 				  const struct ss_model_config *m, int tables,
 				  int world, int rank)
 {
-	int version = ss_model_uniform(m) ? 1 : 2;
+	bool dlrm = m->interaction == SS_INTERACTION_DOT &&
+		    m->pooling == SS_POOLING_SUM;
+	int version = !dlrm ? 3 : ss_model_uniform(m) ? 1 : 2;
 
-	memset(buf, 0, SS_RESUME_HEAD_2);
+	memset(buf, 0, SS_RESUME_HEAD_3);
 	memcpy(buf, SS_RECORD_MAGIC, 8);
 	ss_put(buf + 8, (uint64_t)version, 4);
 	ss_put(buf + 28, (uint64_t)world, 4);
@@ -111,10 +119,16 @@ static size_t ss_record_put_model(unsigned char *buf,
 		ss_put(buf + 112 + 4 * i,
 		       (uint64_t)(i < m->n_top ? m->top[i] : 0), 4);
 	}
-	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
+	for (int j = 0; version >= 2 && j < SS_SPARSE; j++)
 		ss_put(buf + SS_RESUME_HEAD + 4 * j, ss_model_table_rows(m, j),
 		       4);
-	return version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+	if (version < 3)
+		return version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+	ss_put(buf + SS_RESUME_HEAD_2, (uint64_t)m->interaction, 4);
+	ss_put(buf + SS_RESUME_HEAD_2 + 4, (uint64_t)m->cross_layers, 4);
+	ss_put(buf + SS_RESUME_HEAD_2 + 8, (uint64_t)m->cross_rank, 4);
+	ss_put(buf + SS_RESUME_HEAD_2 + 12, (uint64_t)m->pooling, 4);
+	return SS_RESUME_HEAD_3;
 }
 
 size_t ss_train_record_shard(const struct ss_model_config *m, int world,
@@ -131,7 +145,7 @@ size_t ss_train_record_shard(const struct ss_model_config *m, int world,
 size_t ss_train_record(const struct ss_train_cmd *c, uint64_t data_size,
 		       unsigned char *buf)
 {
-	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD_2) / SS_RESUME_RANGE,
+	int max = (SS_RESUME_RECORD_MAX - SS_RESUME_HEAD_3) / SS_RESUME_RANGE,
 	    n;
 	size_t head;
 	struct ss_train_range *left;
@@ -178,10 +192,12 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 			"start from its model with --load instead",
 			"--resume: checkpoint '%s'", path);
 	uint64_t version = len < SS_RESUME_HEAD ? 0 : ss_get(rec + 8, 4);
-	size_t head = version == 1 ? SS_RESUME_HEAD : SS_RESUME_HEAD_2;
+	size_t head = version == 1 ? SS_RESUME_HEAD :
+		      version == 2 ? SS_RESUME_HEAD_2 :
+				     SS_RESUME_HEAD_3;
 
-	if (len < head || memcmp(rec, SS_RECORD_MAGIC, 8) ||
-	    (version != 1 && version != 2))
+	if (len < head || memcmp(rec, SS_RECORD_MAGIC, 8) || version < 1 ||
+	    version > 3)
 		return ss_error_set(SS_EPARSE,
 				    "its record (the model, the place in the "
 				    "data) is in a form this version does not "
@@ -208,9 +224,17 @@ static int ss_record_read(const unsigned char *rec, size_t len,
 	}
 	r->flags = (uint32_t)ss_get(rec + 148, 4);
 	r->shuffle = ss_get(rec + 152, 8);
-	for (int j = 0; version == 2 && j < SS_SPARSE; j++)
+	for (int j = 0; version >= 2 && j < SS_SPARSE; j++)
 		r->model.table_rows[j] =
 			(uint32_t)ss_get(rec + SS_RESUME_HEAD + 4 * j, 4);
+	if (version == 3) {
+		const unsigned char *x = rec + SS_RESUME_HEAD_2;
+
+		r->model.interaction = (enum ss_interaction)ss_get(x, 4);
+		r->model.cross_layers = (int)ss_get(x + 4, 4);
+		r->model.cross_rank = (int)ss_get(x + 8, 4);
+		r->model.pooling = (enum ss_pooling)ss_get(x + 12, 4);
+	}
 	r->ranges = rec + head;
 	if (r->split > 1 || r->n < 0 || r->tables < 0 ||
 	    r->tables > SS_TABLES_LOCAL ||

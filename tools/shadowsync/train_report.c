@@ -193,6 +193,11 @@ void ss_train_report(const struct ss_train_cmd *c, struct ss_sync *sync,
 		else
 			printf("null");
 		printf(",\"tables\":\"%s\"", ss_tables_names[c->tables]);
+		printf(",\"interaction\":\"%s\"",
+		       ss_model_interaction_name(c->model.interaction));
+		if (c->model.interaction == SS_INTERACTION_DCN)
+			printf(",\"cross_layers\":%d,\"cross_rank\":%d",
+			       c->model.cross_layers, c->model.cross_rank);
 		if (c->table)
 			ss_table_report_json(c, res);
 		if (c->load)

@@ -157,7 +157,9 @@ class ModelConfig(ctypes.Structure):
     _fields_ = [("emb_dim", c_int), ("bottom", c_int * (MAX_LAYERS + 1)),
                 ("n_bottom", c_int), ("top", c_int * (MAX_LAYERS + 1)),
                 ("n_top", c_int), ("hash_size", c_uint32),
-                ("table_rows", c_uint32 * SPARSE)]
+                ("table_rows", c_uint32 * SPARSE), ("interaction", c_int),
+                ("cross_layers", c_int), ("cross_rank", c_int),
+                ("pooling", c_int), ("reserved", c_int * 4)]
 
 
 class Chunks(ctypes.Structure):

@@ -26,19 +26,7 @@ from torch import nn
 
 import shadowsync.torch as sst
 from shadowsync import ShadowSyncError, train
-from shadowsync.examples.dlrm import mlp
-
-
-class Cross(nn.Module):
-    """One DCNv2 cross layer of rank @r on width @d."""
-
-    def __init__(self, d, r):
-        super().__init__()
-        self.v = nn.Linear(d, r, bias=False)
-        self.w = nn.Linear(r, d)
-
-    def forward(self, x0, x):
-        return x0 * self.w(self.v(x)) + x
+from shadowsync.examples.dlrm import CrossNet, mlp
 
 
 class DCN(nn.Module):
@@ -47,17 +35,13 @@ class DCN(nn.Module):
         self.bags = bags
         self.bottom = mlp([13, 64, dim], last_relu=True)
         width = dim * (features + 1)
-        self.cross = nn.ModuleList(Cross(width, rank)
-                                   for _ in range(cross_layers))
+        self.cross = CrossNet(width, cross_layers, rank)
         self.top = mlp([width, 128, 64, 1], last_relu=False)
 
     def forward(self, dense, values, offsets):
         z = self.bottom(dense)
         x0 = torch.cat([z, self.bags(values, offsets).flatten(1)], dim=1)
-        x = x0
-        for layer in self.cross:
-            x = layer(x0, x)
-        return self.top(x).squeeze(1)
+        return self.top(self.cross(x0)).squeeze(1)
 
 
 def make_data(n, sizes, rows, seed):

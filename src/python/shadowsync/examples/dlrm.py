@@ -51,28 +51,56 @@ def mlp(sizes, last_relu):
     return nn.Sequential(*layers)
 
 
+class CrossNet(nn.Module):
+    """DCNv2's low-rank cross network (TorchRec's LowRankCrossNet; the C
+    trainer's --interaction dcn): x = x0 * (W_l (V_l x) + b_l) + x for
+    each layer l, from x = x0; W and V xavier-normal, b zero."""
+
+    def __init__(self, d, layers, rank):
+        super().__init__()
+        std = math.sqrt(2.0 / (d + rank))
+        self.W = nn.ParameterList(nn.Parameter(torch.randn(d, rank) * std)
+                                  for _ in range(layers))
+        self.V = nn.ParameterList(nn.Parameter(torch.randn(rank, d) * std)
+                                  for _ in range(layers))
+        self.b = nn.ParameterList(nn.Parameter(torch.zeros(d))
+                                  for _ in range(layers))
+
+    def forward(self, x0):
+        x = x0
+        for W, V, b in zip(self.W, self.V, self.b):
+            x = x0 * torch.addmm(b, x @ V.t(), W.t()) + x
+        return x
+
+
 class DLRM(nn.Module):
     """DLRM (Naumov et al., 2019) with the tables given: @bags maps a batch's
     (values, offsets), 26 features' bags in TorchRec's layout, to
-    (B, 26, emb_dim)."""
+    (B, 26, emb_dim).  @cross (layers, rank): DCNv2's cross network over
+    the 27 vectors end to end instead of their dot products (MLPerf's
+    DLRM-DCNv2)."""
 
     def __init__(self, bags, emb_dim=16, bottom=(13, 512, 256, 64, 16),
-                 top=(512, 256, 1)):
+                 top=(512, 256, 1), cross=None):
         super().__init__()
         self.bags = bags
         self.bottom = mlp(list(bottom), last_relu=True)
         vecs = SPARSE + 1
+        self.cross = CrossNet(vecs * emb_dim, *cross) if cross else None
         self.register_buffer("li", torch.tril_indices(vecs, vecs, -1)[0],
                              persistent=False)
         self.register_buffer("lj", torch.tril_indices(vecs, vecs, -1)[1],
                              persistent=False)
-        self.top = mlp([emb_dim + vecs * (vecs - 1) // 2] + list(top),
+        self.top = mlp([vecs * emb_dim if cross else
+                        emb_dim + vecs * (vecs - 1) // 2] + list(top),
                        last_relu=False)
 
     def forward(self, dense, values, offsets):
         z = self.bottom(dense)
         e = self.bags(values, offsets)
         v = torch.cat([z.unsqueeze(1), e], dim=1)  # (B, 27, d)
+        if self.cross is not None:
+            return self.top(self.cross(v.flatten(1))).squeeze(1)
         dots = torch.bmm(v, v.transpose(1, 2))[:, self.li, self.lj]
         return self.top(torch.cat([z, dots], dim=1)).squeeze(1)
 
@@ -151,6 +179,11 @@ def parse(argv):
     p.add_argument("--top", default="512-256-1")
     p.add_argument("--hash-size", type=int, default=100000,
                    help="rows a table (100000)")
+    p.add_argument("--interaction", choices=["dot", "dcn"], default="dot",
+                   help="dot products (DLRM's, the default) or dcn "
+                   "(DCNv2's cross network), as train --interaction")
+    p.add_argument("--cross-layers", type=int, default=3)
+    p.add_argument("--cross-rank", type=int, default=64)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--data-split", choices=["dynamic", "static"],
                    help="dynamic (default with several ranks): ranks claim "
@@ -191,7 +224,9 @@ def main(argv=None):
     bags = sst.ShardedEmbeddingBagCollection(
         [a.hash_size] * SPARSE, a.emb_dim, optimizer="adagrad", lr=a.lr,
         eps=1e-8, job=job, max_ids=SPARSE * max(a.batch, EVAL_BATCH))
-    model = DLRM(bags, a.emb_dim, bottom, top)
+    model = DLRM(bags, a.emb_dim, bottom, top,
+                 (a.cross_layers, a.cross_rank)
+                 if a.interaction == "dcn" else None)
     replica = sst.Replica(model, algo=a.sync, mode=a.mode,
                           sync_every=a.sync_every, job=job,
                           max_rounds_per_s=a.max_rounds_per_s)

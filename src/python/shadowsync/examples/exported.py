@@ -33,8 +33,10 @@ def load(folder):
     weights = {t["name"]: torch.from_numpy(np.load(os.path.join(
         folder, t["file"]))) for t in config["tensors"]}
     dim = config["emb_dim"]
+    dcn = config.get("interaction_kind", "dot") == "dcn"
+    cross = (config["cross_layers"], config["cross_rank"]) if dcn else None
     model = DLRM(LocalBags(config["rows"], dim), dim, config["bottom"],
-                 config["top"])
+                 config["top"], cross)
     # the tables one after the other, as LocalBags keeps them; layer k of
     # an MLP at index 2k of its nn.Sequential (a ReLU between layers)
     state = {"bags.bag.weight": torch.cat(
@@ -44,6 +46,9 @@ def load(folder):
         for k in range(layers):
             for part in ("weight", "bias"):
                 state[f"{mlp}.{2 * k}.{part}"] = weights[f"{mlp}.{k}.{part}"]
+    for k in range(cross[0] if cross else 0):
+        for ours, theirs in (("W", "W"), ("V", "V"), ("b", "bias")):
+            state[f"cross.{ours}.{k}"] = weights[f"cross.{k}.{theirs}"]
     model.load_state_dict(state)
     return model.eval(), config
 
