@@ -111,6 +111,40 @@ int ss_reader_fill(struct ss_reader *reader, struct ss_example *examples,
 		   int max);
 
 /*
+ * Multi-hot data: a categorical field may hold several values, each 8 hex
+ * digits, separated by commas ("a3f2c1d0,00ff12ab"), as many as a line
+ * holds; the feature's vector pools their rows (ss_model_config.pooling).
+ * An empty field is the value 0, one value, as in single-hot data (its
+ * own row: the feature's "missing"); an empty value between commas, or
+ * a comma that ends the field, is a malformed line.  The values of a
+ * run of examples are kept feature by feature: example r's feature j
+ * holds ids[start[r * 26 + j]] to ids[start[r * 26 + j + 1] - 1].
+ */
+struct ss_bags {
+	uint32_t *start; /* max * 26 + 1 entries */
+	uint32_t *ids; /* cap entries; ss_reader_fill_bags() grows it */
+	size_t cap;
+	int max; /* examples */
+};
+
+/* ss_bags_create() - room for @max examples' bags.  0 or -ENOMEM. */
+int ss_bags_create(struct ss_bags **bags, int max);
+
+/* ss_bags_destroy() - release them and clear the pointer; NULL is fine. */
+void ss_bags_destroy(struct ss_bags **bags);
+
+/*
+ * ss_reader_fill_bags() - as ss_reader_fill(), multi-hot lines too: the
+ * values of the examples read into @bags (at most @bags->max examples;
+ * bags->ids grows as they need), each example's sparse[j] the first of
+ * its feature j's.  ss_reader_next() and ss_reader_fill() refuse a line
+ * with several values in a field as malformed.  Returns as
+ * ss_reader_fill(), or -ENOMEM.
+ */
+int ss_reader_fill_bags(struct ss_reader *reader, struct ss_example *examples,
+			struct ss_bags *bags, int max);
+
+/*
  * ss_reader_tell() - the byte where the next line starts: reopened at it,
  * a reader goes on where this one stopped.
  */
@@ -360,6 +394,17 @@ void ss_model_predict(const struct ss_model_config *config, const float *params,
 		      const struct ss_example *examples, int n, float *p);
 
 /*
+ * ss_model_predict_bags() - as ss_model_predict(), each feature's vector
+ * pooled from the rows of its values in @bags (NULL: sparse[j], one
+ * each).  Returns 0, or -ENOMEM when @work could not grow to the bags'
+ * values.
+ */
+int ss_model_predict_bags(const struct ss_model_config *config,
+			  const float *params, struct ss_model_work *work,
+			  const struct ss_example *examples,
+			  const struct ss_bags *bags, int n, float *p);
+
+/*
  * ss_model_sgd_step() - forward, backward and an SGD update of @params in
  * place (lock-free: Hogwild), as ss_model_step() with SGD at @lr.  Returns
  * the mean log loss of the @n examples.
@@ -444,6 +489,20 @@ double ss_model_step(const struct ss_model_config *config, float *params,
 		     struct ss_model_work *work,
 		     const struct ss_example *examples, int n,
 		     const struct ss_optim *opt);
+
+/*
+ * ss_model_step_bags() - as ss_model_step(), on multi-hot examples: each
+ * feature's vector pooled from the rows of its values in @bags (NULL:
+ * sparse[j], one each), and the pooled gradient spread back to those
+ * rows (divided by the bag's size for mean pooling), summed per row.
+ * Returns the mean log loss, or NAN with the error detail set when @work
+ * could not grow to the bags' values (-ENOMEM).
+ */
+double ss_model_step_bags(const struct ss_model_config *config, float *params,
+			  struct ss_model_work *work,
+			  const struct ss_example *examples,
+			  const struct ss_bags *bags, int n,
+			  const struct ss_optim *opt);
 
 /*
  * Tables served elsewhere (sharded over the ranks, table.h): the caller
@@ -775,7 +834,16 @@ struct ss_gen_options {
 			 * 3 % of categorical fields in every column */
 	double dense_pair_scale; /* dense x dense terms of the teacher */
 	double dense_cat_scale; /* dense x categorical terms */
+	/*
+	 * Multi-hot data: feature j's field holds multi_hot[j] values (0 or
+	 * 1: one), each drawn as a single value is, comma-separated; the
+	 * teacher sees the mean of their weights and embeddings.
+	 */
+	uint32_t multi_hot[SS_SPARSE];
 };
+
+/* The most values gen-data writes in one field. */
+#define SS_GEN_MAX_HOT 256
 
 /*
  * ss_gen_options_init() - 1000000 examples, seed 1, CTR 0.25, Zipf 1.1 for

@@ -7,6 +7,11 @@
  * every line exactly once: a line belongs to the range holding its first
  * byte.
  *
+ * A categorical field may hold several values, comma-separated
+ * (multi-hot data, train.h): ss_reader_fill_bags() keeps them all, one
+ * after the other in a struct ss_bags; the single-value calls refuse
+ * such a line.
+ *
  * Every file is read through zlib's gz calls: a gzip file (its magic
  * bytes, 1f 8b, say so, not its name) decompressed, one member or several
  * (`cat a.gz b.gz`), any other file as it is.  Positions are bytes of the
@@ -145,8 +150,84 @@ static int ss_parse_sparse(const char *s, size_t len, uint32_t *out)
 	return 0;
 }
 
-int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
-		     char *why, size_t size)
+/*
+ * Where a multi-hot line's values go: @b's ids from @n on, its feature j's
+ * first at @start[j] (the example's row of the bags' starts).
+ */
+struct ss_bag_sink {
+	struct ss_bags *b;
+	uint32_t *start;
+	size_t n;
+};
+
+static int ss_sink_put(struct ss_bag_sink *k, uint32_t v)
+{
+	if (k->n == k->b->cap) {
+		size_t cap = k->b->cap ? 2 * k->b->cap : 4096;
+		/* the starts are 32-bit */
+		uint32_t *ids =
+			cap > UINT32_MAX ?
+				NULL :
+				realloc(k->b->ids, cap * sizeof(uint32_t));
+
+		if (!ids)
+			return -1;
+		k->b->ids = ids;
+		k->b->cap = cap;
+	}
+	k->b->ids[k->n++] = v;
+	return 0;
+}
+
+/*
+ * Categorical field @field (C1 at 1 + SS_DENSE) of @len bytes at @s:
+ * its first value into *@out, and with a sink every value into it.
+ */
+static int ss_parse_bag(const char *s, size_t len, int field, uint32_t *out,
+			struct ss_bag_sink *k, char *why, size_t size)
+{
+	const char *comma = memchr(s, ',', len), *end = s + len;
+
+	if (!comma) {
+		if (ss_parse_sparse(s, len, out) < 0)
+			return ss_bad_field(field, s, len,
+					    "is not 8 hex digits", why, size);
+		return k && ss_sink_put(k, *out) < 0 ? -ENOMEM : 0;
+	}
+	if (!k)
+		return ss_bad_field(field, s, len,
+				    "holds several values (multi-hot data), "
+				    "where one is read",
+				    why, size);
+	for (const char *p = s;; p = comma + 1) {
+		uint32_t v;
+
+		comma = memchr(p, ',', (size_t)(end - p));
+		if ((comma ? comma : end) == p)
+			return ss_bad_field(field, s, len,
+					    p == s   ? "starts with a comma" :
+					    p == end ? "ends with a comma" :
+						       "has an empty value "
+						       "between commas",
+					    why, size);
+		if (ss_parse_sparse(p, (size_t)((comma ? comma : end) - p),
+				    &v) < 0)
+			return ss_bad_field(field, s, len,
+					    "has a value that is not 8 hex "
+					    "digits",
+					    why, size);
+		if (p == s)
+			*out = v;
+		if (ss_sink_put(k, v) < 0)
+			return -ENOMEM;
+		if (!comma)
+			return 0;
+	}
+}
+
+/* A line into @ex, and with @k its values into the bags. */
+static int ss_parse_line(const char *line, size_t len, struct ss_example *ex,
+			 struct ss_bag_sink *k, char *why, size_t size)
 {
 	const char *p = line, *end;
 	int field = 0;
@@ -177,11 +258,15 @@ int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
 					rc == -2 ? "has more than 18 digits" :
 						   "is not an integer",
 					why, size);
-		} else if (ss_parse_sparse(p, flen,
-					   &ex->sparse[field - 1 - SS_DENSE]) <
-			   0) {
-			return ss_bad_field(field, p, flen,
-					    "is not 8 hex digits", why, size);
+		} else {
+			int j = field - 1 - SS_DENSE, rc;
+
+			if (k)
+				k->start[j] = (uint32_t)k->n;
+			rc = ss_parse_bag(p, flen, field, &ex->sparse[j], k,
+					  why, size);
+			if (rc < 0)
+				return rc == -ENOMEM ? rc : SS_EPARSE;
 		}
 		field++;
 		if (!tab)
@@ -193,7 +278,15 @@ int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
 			 SS_FIELDS);
 		return SS_EPARSE;
 	}
+	if (k)
+		k->start[SS_SPARSE] = (uint32_t)k->n;
 	return 0;
+}
+
+int ss_parse_example(const char *line, size_t len, struct ss_example *ex,
+		     char *why, size_t size)
+{
+	return ss_parse_line(line, len, ex, NULL, why, size);
 }
 
 static bool ss_is_stdin(const char *path)
@@ -687,13 +780,17 @@ static void ss_reader_said_skip(struct ss_reader *r, uint64_t start,
 		     (unsigned long long)start, why);
 }
 
-int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
+/* The next example, and with @k its values into the bags. */
+static int ss_reader_read(struct ss_reader *r, struct ss_example *ex,
+			  struct ss_bag_sink *k)
 {
 	char why[160];
 
 	for (;;) {
 		uint64_t start = r->pos, bytes;
+		size_t had = k ? k->n : 0;
 		ssize_t len;
+		int rc;
 
 		if (r->end && start >= r->end)
 			return 0;
@@ -727,9 +824,15 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 		else if (memchr(r->line, '\0', (size_t)len))
 			snprintf(why, sizeof(why),
 				 "a NUL byte in the line (a binary file?)");
-		else if (ss_parse_example(r->line, (size_t)len, ex, why,
-					  sizeof(why)) == 0)
+		else if ((rc = ss_parse_line(r->line, (size_t)len, ex, k, why,
+					     sizeof(why))) == 0)
 			return 1;
+		else if (rc == -ENOMEM)
+			return ss_error_set(
+				-ENOMEM, NULL, NULL, "%s:%llu: its values",
+				r->path, (unsigned long long)ss_line_number(r));
+		if (k) /* the bad line's values, if any */
+			k->n = had;
 		if (r->policy == SS_BAD_LINES_SKIP) {
 			r->skipped++;
 			ss_reader_said_skip(r, start, why);
@@ -741,6 +844,60 @@ int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
 			"%s:%llu", r->path,
 			(unsigned long long)ss_line_number(r));
 	}
+}
+
+int ss_reader_next(struct ss_reader *r, struct ss_example *ex)
+{
+	return ss_reader_read(r, ex, NULL);
+}
+
+int ss_bags_create(struct ss_bags **out, int max)
+{
+	struct ss_bags *b = calloc(1, sizeof(*b));
+
+	*out = NULL;
+	if (b) {
+		b->max = max;
+		b->start =
+			calloc((size_t)max * SS_SPARSE + 1, sizeof(uint32_t));
+		b->cap = (size_t)max * SS_SPARSE;
+		b->ids = malloc((b->cap ? b->cap : 1) * sizeof(uint32_t));
+	}
+	if (!b || !b->start || !b->ids) {
+		ss_bags_destroy(&b);
+		return ss_error_set(-ENOMEM, NULL, NULL, "bags of %d examples",
+				    max);
+	}
+	*out = b;
+	return 0;
+}
+
+void ss_bags_destroy(struct ss_bags **bags)
+{
+	if (!bags || !*bags)
+		return;
+	free((*bags)->start);
+	free((*bags)->ids);
+	free(*bags);
+	*bags = NULL;
+}
+
+int ss_reader_fill_bags(struct ss_reader *r, struct ss_example *examples,
+			struct ss_bags *bags, int max)
+{
+	struct ss_bag_sink k = { .b = bags };
+	int got = 0, rc = 1;
+
+	max = max < bags->max ? max : bags->max;
+	bags->start[0] = 0;
+	while (got < max) {
+		k.start = bags->start + (size_t)got * SS_SPARSE;
+		rc = ss_reader_read(r, &examples[got], &k);
+		if (rc != 1)
+			break;
+		got++;
+	}
+	return rc < 0 ? rc : got;
 }
 
 int ss_reader_fill(struct ss_reader *r, struct ss_example *examples, int max)

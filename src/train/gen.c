@@ -94,6 +94,8 @@ uint32_t ss_gen_cardinality(const struct ss_gen_options *o, int j)
 
 struct ss_teacher {
 	uint64_t seed;
+	/* feature j's values: hot[j] of them at at[j] of an example's */
+	uint32_t hot[SS_SPARSE], at[SS_SPARSE + 1];
 	double value_scale, pair_scale, dense_pair_scale, dense_cat_scale;
 	double missing[SS_DENSE + SS_SPARSE]; /* each column's empty rate */
 	struct ss__zipf zipf[SS_SPARSE]; /* each feature's values */
@@ -109,11 +111,29 @@ static double ss_dense_seen(long v, bool empty)
 	return log1p(!empty && v > 0 ? (double)v : 0) - 1.2;
 }
 
-/* Draw one example's features; returns the teacher's logit without bias. */
+/*
+ * Teacher parameter @what of feature @j's bag of values @v (its @hot
+ * drawn values, from @at): their mean; a bag of one gives its value's
+ * exactly.
+ */
+static double ss_bag_param(const struct ss_teacher *t, int what, int j,
+			   const uint32_t *v)
+{
+	double sum = 0;
+
+	for (uint32_t h = t->at[j]; h < t->at[j + 1]; h++)
+		sum += ss_param(t->seed, what, j, v[h]);
+	return sum / t->hot[j];
+}
+
+/*
+ * Draw one example's features into @ints, @vals (feature j's at at[j])
+ * and @empty; returns the teacher's logit without bias.
+ */
 static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		      uint32_t *vals, bool *empty)
 {
-	uint32_t v[SS_SPARSE];
+	uint32_t v[SS_SPARSE * SS_GEN_MAX_HOT];
 	double x[SS_DENSE], z = 0;
 
 	for (int j = 0; j < SS_DENSE; j++) {
@@ -127,15 +147,23 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		z += 0.3 * ss_param(t->seed, 1, j, 0) * x[j];
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
-		v[j] = (uint32_t)(ss__zipf_draw(&t->zipf[j], rng) - 1);
+		uint32_t a = t->at[j];
+
+		v[a] = (uint32_t)(ss__zipf_draw(&t->zipf[j], rng) - 1);
 		empty[SS_DENSE + j] =
 			ss__uniform(rng) < t->missing[SS_DENSE + j];
+		/* the rest of a bag after the draws of one value, so that a
+		 * file of one value a field is what it always was */
+		for (uint32_t h = a + 1; h < t->at[j + 1]; h++)
+			v[h] = (uint32_t)(ss__zipf_draw(&t->zipf[j], rng) - 1);
 		/* the value as written: a hash, never 0 (the empty value) */
-		vals[j] = (uint32_t)ss__mix64(t->seed ^ ((uint64_t)j << 32) ^
-					      v[j]) |
-			  1;
+		for (uint32_t h = a; h < t->at[j + 1]; h++)
+			vals[h] = (uint32_t)ss__mix64(t->seed ^
+						      ((uint64_t)j << 32) ^
+						      v[h]) |
+				  1;
 		if (!empty[SS_DENSE + j])
-			z += t->value_scale * ss_param(t->seed, 2, j, v[j]);
+			z += t->value_scale * ss_bag_param(t, 2, j, v);
 	}
 	for (int k = 0; k < SS_GEN_PAIRS; k++) {
 		int a = t->pairs[k][0], b = t->pairs[k][1];
@@ -144,8 +172,8 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 		if (empty[SS_DENSE + a] || empty[SS_DENSE + b])
 			continue;
 		for (int d = 0; d < SS_GEN_DIM; d++)
-			dot += ss_param(t->seed, 3 + d, a, v[a]) *
-			       ss_param(t->seed, 3 + d, b, v[b]);
+			dot += ss_bag_param(t, 3 + d, a, v) *
+			       ss_bag_param(t, 3 + d, b, v);
 		z += t->pair_scale * dot;
 	}
 	for (int k = 0; t->dense_pair_scale && k < SS_GEN_PAIRS; k++) {
@@ -160,7 +188,7 @@ static double ss_draw(const struct ss_teacher *t, uint64_t *rng, long *ints,
 
 		if (!empty[SS_DENSE + c])
 			z += t->dense_cat_scale * x[a] *
-			     ss_param(t->seed, 8, c, v[c]);
+			     ss_bag_param(t, 8, c, v);
 	}
 	return z;
 }
@@ -176,7 +204,7 @@ static double ss_calibrate(const struct ss_teacher *t, double ctr)
 	enum { SAMPLE = 20000 };
 	double *z = malloc(SAMPLE * sizeof(double)), lo, hi, reach = 0;
 	long ints[SS_DENSE];
-	uint32_t vals[SS_SPARSE];
+	uint32_t vals[SS_SPARSE * SS_GEN_MAX_HOT];
 	bool empty[SS_DENSE + SS_SPARSE];
 	uint64_t rng = ss__mix64(t->seed ^ 0xca11b);
 
@@ -208,8 +236,9 @@ static double ss_calibrate(const struct ss_teacher *t, double ctr)
 	return (lo + hi) / 2;
 }
 
-static void ss_write_example(FILE *out, int label, const long *ints,
-			     const uint32_t *vals, const bool *empty)
+static void ss_write_example(FILE *out, const struct ss_teacher *t, int label,
+			     const long *ints, const uint32_t *vals,
+			     const bool *empty)
 {
 	fprintf(out, "%d", label);
 	for (int j = 0; j < SS_DENSE; j++)
@@ -221,7 +250,9 @@ static void ss_write_example(FILE *out, int label, const long *ints,
 		if (empty[SS_DENSE + j])
 			fputs("\t", out);
 		else
-			fprintf(out, "\t%08x", vals[j]);
+			for (uint32_t h = t->at[j]; h < t->at[j + 1]; h++)
+				fprintf(out, "%c%08x",
+					h > t->at[j] ? ',' : '\t', vals[h]);
 	fputc('\n', out);
 }
 
@@ -265,6 +296,16 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 		goto out;
 	}
 	for (int j = 0; j < SS_SPARSE; j++) {
+		if (o->multi_hot[j] > SS_GEN_MAX_HOT) {
+			rc = ss_error_set(-EINVAL, "too many values a field",
+					  "at most 256", "C%d: %u values",
+					  j + 1, o->multi_hot[j]);
+			goto out;
+		}
+		t.hot[j] = o->multi_hot[j] ? o->multi_hot[j] : 1;
+		t.at[j + 1] = t.at[j] + t.hot[j];
+	}
+	for (int j = 0; j < SS_SPARSE; j++) {
 		double s = o->zipf;
 
 		if (o->zipf_max > o->zipf)
@@ -289,7 +330,7 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 	rng = ss__mix64(t.seed ^ 0xda7a ^ ss__mix64(o->stream));
 	for (uint64_t i = 0; i < o->examples; i++) {
 		long ints[SS_DENSE];
-		uint32_t vals[SS_SPARSE];
+		uint32_t vals[SS_SPARSE * SS_GEN_MAX_HOT];
 		bool empty[SS_DENSE + SS_SPARSE];
 		double prob =
 			ss_sigmoid(bias + ss_draw(&t, &rng, ints, vals, empty));
@@ -297,7 +338,7 @@ int ss_gen_data(FILE *out, const struct ss_gen_options *opts,
 
 		p[i] = (float)prob;
 		y[i] = (float)label;
-		ss_write_example(out, label, ints, vals, empty);
+		ss_write_example(out, &t, label, ints, vals, empty);
 	}
 	if (ferror(out))
 		rc = ss_error_set(-EIO, NULL, "is the disk full?",

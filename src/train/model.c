@@ -348,24 +348,85 @@ void ss_model_init(const struct ss_model_config *c, float *params,
  * bottom MLP's output is z and the model's output the logits.
  */
 struct ss_model_work {
-	int batch;
+	int batch, emb_dim;
 	float **in;
 	float *z, *logits, *p;
 	float *grad, *grad2; /* activation gradients, batch x widest */
 	float *dw, *db; /* one layer's weight gradients */
 	float *dz; /* batch x emb_dim */
 	float *grad_x0; /* DCN: batch x 27 emb_dim, the gradient of x0 */
-	float *emb, *demb; /* batch x 26 x emb_dim: rows looked up, gradients */
-	uint32_t *rows; /* batch x 26 */
+	/* batch x 26 x emb_dim: each feature's vector (its rows pooled),
+	 * their gradients */
+	float *emb, *demb;
+	/*
+	 * The uses of rows, feature by feature (ss_bags' order): example
+	 * r's feature j uses uses start[r * 26 + j] - base to start[r * 26
+	 * + j + 1] - base - 1; one a feature (ident) without bags.  rows:
+	 * each use's row; ug: each use's gradient (demb itself, one use a
+	 * feature; else ugrad).  Room for use_cap uses.
+	 */
+	const uint32_t *start;
+	uint32_t base;
+	uint32_t *ident;
+	uint32_t *rows;
+	float *ugrad, *ug;
+	size_t use_cap;
 	uint64_t first[SS_SPARSE]; /* each table's first id */
 	/* grouping one table's uses by row: an open-addressing table of
-	 * example indices (-1: empty), and the first use of each row */
+	 * use indices (-1: empty), and the first use of each row; room for
+	 * table_cap uses of a table */
 	int32_t *slots, *firsts;
-	size_t slot_mask;
+	size_t slot_mask, table_cap;
 	/* rows served by the caller (sharded tables): batch x 26 pointers */
 	const float *const *ext;
 	struct ss__cross_work *cross; /* with DCN */
 };
+
+/*
+ * Room in @w for @uses uses of rows in a batch, @table_uses of them in
+ * one table, and (@bags: several rows a feature) their own gradients.
+ * Returns 0 or -ENOMEM (what there was is kept).
+ */
+static int ss_work_fit(struct ss_model_work *w, size_t uses, size_t table_uses,
+		       bool bags)
+{
+	size_t D = (size_t)w->emb_dim, mask = 1;
+
+	if (uses > w->use_cap || (bags && !w->ugrad)) {
+		size_t cap = uses > w->use_cap ? uses + uses / 2 : w->use_cap;
+		uint32_t *rows = realloc(w->rows, cap * sizeof(uint32_t));
+
+		if (!rows)
+			return -ENOMEM;
+		w->rows = rows;
+		if (bags || w->ugrad) {
+			float *g = realloc(w->ugrad, cap * D * sizeof(float));
+
+			if (!g)
+				return -ENOMEM;
+			w->ugrad = g;
+		}
+		w->use_cap = cap;
+	}
+	if (table_uses > w->table_cap) {
+		int32_t *slots, *firsts;
+
+		/* at most half full: short probes */
+		while (mask < 2 * table_uses)
+			mask <<= 1;
+		slots = realloc(w->slots, mask * sizeof(int32_t));
+		if (!slots)
+			return -ENOMEM;
+		w->slots = slots;
+		firsts = realloc(w->firsts, table_uses * sizeof(int32_t));
+		if (!firsts)
+			return -ENOMEM;
+		w->firsts = firsts;
+		w->slot_mask = mask - 1;
+		w->table_cap = table_uses;
+	}
+	return 0;
+}
 
 int ss_model_work_create(struct ss_model_work **out,
 			 const struct ss_model_config *c, int batch)
@@ -379,6 +440,7 @@ int ss_model_work_create(struct ss_model_work **out,
 	if (!w)
 		return ss_error_set(-ENOMEM, NULL, NULL, "model scratch");
 	w->batch = batch;
+	w->emb_dim = c->emb_dim;
 	for (int j = 0; j < SS_SPARSE; j++)
 		w->first[j] = ss_model_table_first(c, j);
 	w->in = calloc((size_t)layers + 1, sizeof(float *)); /* NULL-ended */
@@ -407,16 +469,16 @@ int ss_model_work_create(struct ss_model_work **out,
 		w->db = malloc((size_t)widest * sizeof(float));
 		w->emb = malloc(nd * SS_SPARSE * sizeof(float));
 		w->demb = malloc(nd * SS_SPARSE * sizeof(float));
-		w->rows = malloc((size_t)batch * SS_SPARSE * sizeof(uint32_t));
-		/* at most half full: short probes */
-		for (w->slot_mask = 1; w->slot_mask < 2 * (size_t)batch;)
-			w->slot_mask <<= 1;
-		w->slots = malloc(w->slot_mask * sizeof(int32_t));
-		w->slot_mask--;
-		w->firsts = malloc((size_t)batch * sizeof(int32_t));
+		w->ident = malloc(((size_t)batch * SS_SPARSE + 1) *
+				  sizeof(uint32_t));
+		for (size_t k = 0; w->ident && k <= (size_t)batch * SS_SPARSE;
+		     k++)
+			w->ident[k] = (uint32_t)k;
 		ok = w->z && w->dz && w->logits && w->p && w->grad &&
 		     w->grad2 && w->dw && w->db && w->emb && w->demb &&
-		     w->rows && w->slots && w->firsts;
+		     w->ident &&
+		     ss_work_fit(w, (size_t)batch * SS_SPARSE, (size_t)batch,
+				 false) == 0;
 	}
 	if (ok && ss_dcn(c)) {
 		w->grad_x0 =
@@ -457,7 +519,9 @@ void ss_model_work_destroy(struct ss_model_work **work)
 	free(w->db);
 	free(w->emb);
 	free(w->demb);
+	free(w->ident);
 	free(w->rows);
+	free(w->ugrad);
 	free(w->slots);
 	free(w->firsts);
 	ss__cross_work_destroy(&w->cross);
@@ -680,6 +744,80 @@ static float *ss_acc(const struct ss_optim *o, const float *params,
 	return o->kind == SS_OPT_ADAGRAD ? o->acc + (p - params) : NULL;
 }
 
+/*
+ * The batch's uses of rows from @bags (NULL: one a feature, sparse[j]):
+ * room made for them, and each one's row.  Returns 0 or -ENOMEM.
+ */
+static int ss_uses(const struct ss_model_config *c, struct ss_model_work *w,
+		   const struct ss_example *ex, const struct ss_bags *bags,
+		   int n)
+{
+	const uint32_t *st = bags ? bags->start : w->ident;
+	size_t most = (size_t)n;
+
+	w->start = st;
+	w->base = st[0];
+	for (int j = 0; bags && j < SS_SPARSE; j++) {
+		size_t t = 0;
+
+		for (int r = 0; r < n; r++)
+			t += st[r * SS_SPARSE + j + 1] - st[r * SS_SPARSE + j];
+		most = t > most ? t : most;
+	}
+	if (ss_work_fit(w, st[(size_t)n * SS_SPARSE] - w->base, most,
+			bags != NULL) < 0)
+		return ss_error_set(-ENOMEM, NULL, NULL,
+				    "model scratch for %u values",
+				    st[(size_t)n * SS_SPARSE] - w->base);
+	for (int r = 0; r < n; r++)
+		for (int j = 0; j < SS_SPARSE; j++) {
+			size_t k = (size_t)r * SS_SPARSE + (size_t)j;
+
+			for (uint32_t u = st[k]; u < st[k + 1]; u++)
+				w->rows[u - w->base] = ss_row(
+					c, j,
+					bags ? bags->ids[u] : ex[r].sparse[j]);
+		}
+	return 0;
+}
+
+/* A use's row: the caller's (sharded tables), or the replica's. */
+static const float *ss_use_row(const struct ss_model_config *c,
+			       struct ss_model_work *w, const float *tables,
+			       int j, size_t use)
+{
+	return w->ext ? w->ext[use] :
+			ss_emb_row(c, (float *)tables, w->first[j],
+				   w->rows[use]);
+}
+
+/* Add a table row into a pooled vector (Hogwild, as ss_row_read). */
+SS_HOGWILD static void ss_row_add(float *dst, const float *row, int d)
+{
+	for (int i = 0; i < d; i++)
+		dst[i] += row[i];
+}
+
+/* Feature @j's vector of example @r: its rows pooled (a copy of one). */
+static void ss_pool(const struct ss_model_config *c, struct ss_model_work *w,
+		    const float *tables, int r, int j)
+{
+	size_t k = (size_t)r * SS_SPARSE + (size_t)j, D = (size_t)c->emb_dim;
+	uint32_t from = w->start[k] - w->base, to = w->start[k + 1] - w->base;
+	float *v = w->emb + k * D;
+
+	if (from == to) {
+		memset(v, 0, D * sizeof(float));
+		return;
+	}
+	ss_row_read(v, ss_use_row(c, w, tables, j, from), (int)D);
+	for (uint32_t u = from + 1; u < to; u++)
+		ss_row_add(v, ss_use_row(c, w, tables, j, u), (int)D);
+	if (c->pooling == SS_POOLING_MEAN && to - from > 1)
+		for (size_t i = 0; i < D; i++)
+			v[i] /= (float)(to - from);
+}
+
 static void ss_forward(const struct ss_model_config *c, float *params,
 		       struct ss_model_work *w, const struct ss_example *ex,
 		       int n)
@@ -697,35 +835,25 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 		ss_dense_forward(&d, w->in[l], ss_out(c, w, l), n);
 	}
 	/*
-	 * The batch's rows first, each asked of memory as soon as it is
-	 * known: the tables are far larger than the caches, and the reads
-	 * below then wait for none of them one at a time.
+	 * The batch's rows (ss_uses), each asked of memory now: the tables
+	 * are far larger than the caches, and the reads below then wait for
+	 * none of them one at a time.
 	 */
-	for (int r = 0; r < n; r++)
+	for (int r = 0; !w->ext && r < n; r++)
 		for (int j = 0; j < SS_SPARSE; j++) {
-			uint32_t row = ss_row(c, j, ex[r].sparse[j]);
+			size_t k = (size_t)r * SS_SPARSE + (size_t)j;
 
-			w->rows[(size_t)r * SS_SPARSE + (size_t)j] = row;
-			if (!w->ext)
-				__builtin_prefetch(ss_emb_row(
-					c, tables, w->first[j], row));
+			for (uint32_t u = w->start[k]; u < w->start[k + 1]; u++)
+				__builtin_prefetch(
+					ss_emb_row(c, tables, w->first[j],
+						   w->rows[u - w->base]));
 		}
 	/* Interaction: z, then the dot product of every pair of vectors. */
 	for (int r = 0; r < n; r++) {
 		float *vec[SS_VECS], *t = w->in[nb] + (size_t)r * top_in;
 
-		for (int j = 0; j < SS_SPARSE; j++) {
-			uint32_t row =
-				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
-
-			size_t at = (size_t)r * SS_SPARSE + (size_t)j;
-
-			ss_row_read(w->emb + at * (size_t)D,
-				    w->ext ? w->ext[at] :
-					     ss_emb_row(c, tables, w->first[j],
-							row),
-				    D);
-		}
+		for (int j = 0; j < SS_SPARSE; j++)
+			ss_pool(c, w, tables, r, j);
 		ss_vectors(c, w->z, w->emb, r, vec);
 		if (w->cross)
 			ss_concat(vec,
@@ -748,18 +876,35 @@ static void ss_forward(const struct ss_model_config *c, float *params,
 		w->p[r] = 1.0f / (1.0f + expf(-w->logits[r]));
 }
 
-void ss_model_predict(const struct ss_model_config *c, const float *params,
-		      struct ss_model_work *w, const struct ss_example *ex,
-		      int n, float *p)
+int ss_model_predict_bags(const struct ss_model_config *c, const float *params,
+			  struct ss_model_work *w, const struct ss_example *ex,
+			  const struct ss_bags *bags, int n, float *p)
 {
 	w->ext = NULL;
 	for (int done = 0; done < n; done += w->batch) {
 		int k = n - done < w->batch ? n - done : w->batch;
+		/* the bags of these examples: the same values, from here */
+		struct ss_bags part = {
+			.start = bags ? bags->start + (size_t)done * SS_SPARSE :
+					NULL,
+			.ids = bags ? bags->ids : NULL,
+		};
 
+		if (ss_uses(c, w, ex + done, bags ? &part : NULL, k) < 0)
+			return -ENOMEM;
 		/* the forward pass only reads the parameters */
 		ss_forward(c, (float *)params, w, ex + done, k);
 		memcpy(p + done, w->p, (size_t)k * sizeof(float));
 	}
+	return 0;
+}
+
+void ss_model_predict(const struct ss_model_config *c, const float *params,
+		      struct ss_model_work *w, const struct ss_example *ex,
+		      int n, float *p)
+{
+	/* one row a feature needs no more room than the batch's */
+	(void)ss_model_predict_bags(c, params, w, ex, NULL, n, p);
 }
 
 /* Backward through layer @l, then its update; dy in, dx out. */
@@ -782,6 +927,36 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 }
 
 /*
+ * Each use's gradient, from its feature's pooled one: that one itself
+ * with one use a feature; with bags, a copy to each of the bag's uses,
+ * divided by the bag's size for mean pooling.
+ */
+static void ss_use_grads(const struct ss_model_config *c,
+			 struct ss_model_work *w, int n)
+{
+	size_t D = (size_t)c->emb_dim;
+
+	if (w->start == w->ident) {
+		w->ug = w->demb;
+		return;
+	}
+	w->ug = w->ugrad;
+	for (size_t k = 0; k < (size_t)n * SS_SPARSE; k++) {
+		uint32_t len = w->start[k + 1] - w->start[k];
+		float scale = c->pooling == SS_POOLING_MEAN && len > 1 ?
+				      1.0f / (float)len :
+				      1.0f;
+
+		for (uint32_t u = w->start[k]; u < w->start[k + 1]; u++) {
+			float *g = w->ugrad + (size_t)(u - w->base) * D;
+
+			for (size_t i = 0; i < D; i++)
+				g[i] = w->demb[k * D + i] * scale;
+		}
+	}
+}
+
+/*
  * Group the uses of table @j's rows by row, in example order: the first
  * use of a row takes the later ones' gradients (found through a small
  * hash table of rows, linear probing), and is listed in firsts[].
@@ -793,26 +968,30 @@ static int ss_group_rows(struct ss_model_work *w, int j, int n, size_t D)
 
 	memset(w->slots, 0xff, (w->slot_mask + 1) * sizeof(int32_t));
 	for (int r = 0; r < n; r++) {
-		uint32_t row = w->rows[(size_t)r * SS_SPARSE + (size_t)j];
-		const float *gr =
-			w->demb + ((size_t)r * SS_SPARSE + (size_t)j) * D;
-		size_t h = (size_t)(row * 0x9e3779b1u) & w->slot_mask;
+		size_t k = (size_t)r * SS_SPARSE + (size_t)j;
 
-		for (;; h = (h + 1) & w->slot_mask) {
-			int32_t f = w->slots[h];
-			float *g;
+		for (uint32_t u0 = w->start[k]; u0 < w->start[k + 1]; u0++) {
+			int32_t u = (int32_t)(u0 - w->base);
+			uint32_t row = w->rows[u];
+			const float *gr = w->ug + (size_t)u * D;
+			size_t h = (size_t)(row * 0x9e3779b1u) & w->slot_mask;
 
-			if (f < 0) {
-				w->slots[h] = r;
-				w->firsts[uses++] = r;
+			for (;; h = (h + 1) & w->slot_mask) {
+				int32_t f = w->slots[h];
+				float *g;
+
+				if (f < 0) {
+					w->slots[h] = u;
+					w->firsts[uses++] = u;
+					break;
+				}
+				if (w->rows[f] != row)
+					continue;
+				g = w->ug + (size_t)f * D;
+				for (size_t i = 0; i < D; i++)
+					g[i] += gr[i];
 				break;
 			}
-			if (w->rows[(size_t)f * SS_SPARSE + (size_t)j] != row)
-				continue;
-			g = w->demb + ((size_t)f * SS_SPARSE + (size_t)j) * D;
-			for (size_t i = 0; i < D; i++)
-				g[i] += gr[i];
-			break;
 		}
 	}
 	return uses;
@@ -834,23 +1013,22 @@ static void ss_table_step(const struct ss_model_config *c, float *params,
 	if (o->kind == SS_OPT_SGD) {
 		/* SGD is linear: one step per use adds up to the same. */
 		for (int r = 0; r < n; r++) {
-			uint32_t row =
-				w->rows[(size_t)r * SS_SPARSE + (size_t)j];
+			size_t k = (size_t)r * SS_SPARSE + (size_t)j;
 
-			ss_update(ss_emb_row(c, tables, w->first[j], row), NULL,
-				  w->demb +
-					  ((size_t)r * SS_SPARSE + (size_t)j) *
-						  D,
-				  D, o);
+			for (uint32_t u = w->start[k] - w->base;
+			     u < w->start[k + 1] - w->base; u++)
+				ss_update(ss_emb_row(c, tables, w->first[j],
+						     w->rows[u]),
+					  NULL, w->ug + (size_t)u * D, D, o);
 		}
 		return;
 	}
 	uses = ss_group_rows(w, j, n, D);
 	for (int u = 0; u < uses; u++) {
-		size_t at = (size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
+		size_t at = (size_t)w->firsts[u];
 		float *p = ss_emb_row(c, tables, w->first[j], w->rows[at]);
 
-		ss_update(p, ss_acc(o, params, p), w->demb + at * D, D, o);
+		ss_update(p, ss_acc(o, params, p), w->ug + at * D, D, o);
 	}
 }
 
@@ -866,11 +1044,10 @@ static int ss_table_grads(const struct ss_model_config *c,
 		int uses = ss_group_rows(w, j, n, D);
 
 		for (int u = 0; u < uses; u++) {
-			size_t at =
-				(size_t)w->firsts[u] * SS_SPARSE + (size_t)j;
+			size_t at = (size_t)w->firsts[u];
 
 			ids[out] = w->first[j] + w->rows[at];
-			memcpy(grads + (size_t)out * D, w->demb + at * D,
+			memcpy(grads + (size_t)out * D, w->ug + at * D,
 			       D * sizeof(float));
 			out++;
 		}
@@ -960,6 +1137,7 @@ static double ss_step(const struct ss_model_config *c, float *params,
 		dx = swap;
 	}
 	/* Only the rows the batch used: here, or their gradients out. */
+	ss_use_grads(c, w, n);
 	if (w->ext)
 		*n_grads = ss_table_grads(c, w, n, grad_ids, grads);
 	else
@@ -968,12 +1146,22 @@ static double ss_step(const struct ss_model_config *c, float *params,
 	return loss / n;
 }
 
+double ss_model_step_bags(const struct ss_model_config *c, float *params,
+			  struct ss_model_work *w, const struct ss_example *ex,
+			  const struct ss_bags *bags, int n,
+			  const struct ss_optim *o)
+{
+	w->ext = NULL;
+	if (ss_uses(c, w, ex, bags, n) < 0)
+		return NAN;
+	return ss_step(c, params, w, ex, n, o, NULL, NULL, NULL);
+}
+
 double ss_model_step(const struct ss_model_config *c, float *params,
 		     struct ss_model_work *w, const struct ss_example *ex,
 		     int n, const struct ss_optim *o)
 {
-	w->ext = NULL;
-	return ss_step(c, params, w, ex, n, o, NULL, NULL, NULL);
+	return ss_model_step_bags(c, params, w, ex, NULL, n, o);
 }
 
 double ss_model_step_rows(const struct ss_model_config *c, float *params,
@@ -985,6 +1173,7 @@ double ss_model_step_rows(const struct ss_model_config *c, float *params,
 	double loss;
 
 	w->ext = rows;
+	(void)ss_uses(c, w, ex, NULL, n); /* within the batch's room */
 	loss = ss_step(c, params, w, ex, n, o, grad_ids, grads, n_grads);
 	w->ext = NULL;
 	return loss;
@@ -995,6 +1184,7 @@ void ss_model_predict_rows(const struct ss_model_config *c, const float *params,
 			   int n, const float *const *rows, float *p)
 {
 	w->ext = rows;
+	(void)ss_uses(c, w, ex, NULL, n); /* within the batch's room */
 	ss_forward(c, (float *)params, w, ex, n);
 	memcpy(p, w->p, (size_t)n * sizeof(float));
 	w->ext = NULL;

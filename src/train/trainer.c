@@ -174,12 +174,14 @@ static struct ss_train_slot ss_trainer_where(const struct ss_trainer *t,
 }
 
 /*
- * The next batch of @reader into @batch, the bytes it took into *@bytes:
- * of the shared stream under its lock (the first short batch ends it
- * for every trainer).  Returns ss_reader_fill()'s.
+ * The next batch of @reader into @batch (with @bags, multi-hot lines
+ * too, their values there), the bytes it took into *@bytes: of the
+ * shared stream under its lock (the first short batch ends it for every
+ * trainer).  Returns ss_reader_fill()'s.
  */
 static int ss_trainer_fill(struct ss_trainer *t, struct ss_reader *reader,
-			   struct ss_example *batch, uint64_t *bytes)
+			   struct ss_example *batch, struct ss_bags *bags,
+			   uint64_t *bytes)
 {
 	struct ss_train_control *ctl = t->ctl;
 	bool shared = reader == ctl->stream;
@@ -189,7 +191,9 @@ static int ss_trainer_fill(struct ss_trainer *t, struct ss_reader *reader,
 	if (shared)
 		pthread_mutex_lock(&ctl->stream_lock);
 	from = ss_reader_tell(reader);
-	if (!shared || !ctl->stream_done)
+	if ((!shared || !ctl->stream_done) && bags)
+		got = ss_reader_fill_bags(reader, batch, bags, t->opts->batch);
+	else if (!shared || !ctl->stream_done)
 		got = ss_reader_fill(reader, batch, t->opts->batch);
 	*bytes = ss_reader_tell(reader) - from;
 	if (shared) {
@@ -350,7 +354,7 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 
 		if (!*reader)
 			return 0; /* the last range is done */
-		got = ss_trainer_fill(t, *reader, batch, &bytes);
+		got = ss_trainer_fill(t, *reader, batch, NULL, &bytes);
 		if (got < 0)
 			return got;
 		ss_trainer_count(t, got, bytes);
@@ -463,6 +467,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 	const struct ss_train_options *o = t->opts;
 	struct ss_model_work *work = NULL;
 	struct ss_reader *reader = NULL;
+	struct ss_bags *bags = NULL;
 	struct ss_example *batch;
 	uint64_t steps = 0;
 	struct ss_train_slot at;
@@ -478,13 +483,17 @@ static int ss_trainer_run(struct ss_trainer *t)
 		return ss_error_set(-ENOMEM, NULL, NULL, "trainer %d",
 				    t->index);
 	rc = ss_model_work_create(&work, t->config, o->batch);
+	/* local tables take multi-hot data (sharded ones, one value a
+	 * feature for now) */
+	if (rc == 0 && !o->table)
+		rc = ss_bags_create(&bags, o->batch);
 	if (rc == 0)
 		rc = ss_trainer_next(t, &reader, false);
 	if (rc == 1 && o->table)
 		rc = ss_trainer_run_sharded(t, work, &reader);
 	while (rc == 1) {
 		uint64_t bytes;
-		int got = ss_trainer_fill(t, reader, batch, &bytes);
+		int got = ss_trainer_fill(t, reader, batch, bags, &bytes);
 
 		if (got < 0) {
 			rc = got;
@@ -494,9 +503,13 @@ static int ss_trainer_run(struct ss_trainer *t)
 			double loss;
 
 			ss_trainer_schedule(t);
-			loss = ss_model_step(t->config, t->params, work, batch,
-					     got, &t->optim) *
-			       got;
+			loss = ss_model_step_bags(t->config, t->params, work,
+						  batch, bags, got, &t->optim);
+			if (isnan(loss)) { /* no room for the values */
+				rc = ss_last_error()->code;
+				break;
+			}
+			loss *= got;
 			ss_trainer_count(t, got, bytes);
 
 			if ((rc = ss_trainer_account(t, batch, got, loss,
@@ -521,6 +534,7 @@ static int ss_trainer_run(struct ss_trainer *t)
 		ss_reader_close(&reader);
 	}
 	ss_model_work_destroy(&work);
+	ss_bags_destroy(&bags);
 	free(batch);
 	return rc < 0 ? rc : 0;
 }

@@ -9,6 +9,12 @@
  *  - read as adjacent byte ranges [0, c1), [c1, c2), ..., [ck, end), cut
  *    anywhere, it gives the same examples, each line exactly once, and the
  *    same first error.
+ *  - read whole by ss_reader_fill_bags(), which takes multi-hot lines
+ *    (several comma-separated values in a categorical field), it gives
+ *    the examples and values a reference written here finds (a line is
+ *    good when every value of such a field is 8 hex digits and the line
+ *    with the field cut to its first value parses), skipping exactly the
+ *    other lines.
  * A file that starts with gzip's magic bytes is passed over: the reader
  * decompresses it.
  */
@@ -156,6 +162,156 @@ static void check_whole(const char *path, size_t size, const struct expect *e,
 	free(good);
 }
 
+static bool is_hex8(const char *s, size_t n)
+{
+	if (n != 8)
+		return false;
+	for (size_t i = 0; i < 8; i++)
+		if (!strchr("0123456789abcdefABCDEF", s[i]) || !s[i])
+			return false;
+	return true;
+}
+
+/*
+ * Line @line of @len bytes as multi-hot data: whether it is good, its
+ * example into @ex and its values appended at @ids[*@n] (feature j's
+ * first at @start[j], the end at @start[26]).
+ */
+static bool bags_reference(const char *line, size_t len, struct ss_example *ex,
+			   uint32_t *ids, size_t *n, uint32_t *start)
+{
+	char *cut = malloc(len + 1), why[160];
+	size_t at = 0, out = 0;
+	int f = 0;
+	bool ok = true;
+
+	if (len && line[len - 1] == '\r')
+		len--;
+	while (ok) {
+		const char *tab = memchr(line + at, '\t', len - at);
+		size_t end = tab ? (size_t)(tab - line) : len;
+		const char *comma = memchr(line + at, ',', end - at);
+
+		if (f > SS_DENSE && f <= SS_DENSE + SS_SPARSE && comma) {
+			/* each value 8 hex digits; the field cut to its first */
+			for (size_t p = at; ok;) {
+				const char *c = memchr(line + p, ',', end - p);
+				size_t q = c ? (size_t)(c - line) : end;
+
+				ok = is_hex8(line + p, q - p);
+				if (!c)
+					break;
+				p = q + 1;
+			}
+			if (!ok)
+				break;
+			memcpy(cut + out, line + at, 8);
+			out += 8;
+		} else {
+			memcpy(cut + out, line + at, end - at);
+			out += end - at;
+		}
+		if (!tab)
+			break;
+		cut[out++] = '\t';
+		at = end + 1;
+		f++;
+	}
+	ok = ok && ss_parse_example(cut, out, ex, why, sizeof(why)) == 0;
+	free(cut);
+	if (!ok)
+		return false;
+	/* the values: every one of each field, in order */
+	at = 0;
+	for (f = 0; f <= SS_DENSE + SS_SPARSE; f++) {
+		const char *tab = memchr(line + at, '\t', len - at);
+		size_t end = tab ? (size_t)(tab - line) : len;
+		int j = f - 1 - SS_DENSE;
+
+		if (j >= 0) {
+			start[j] = (uint32_t)*n;
+			if (end == at)
+				ids[(*n)++] = 0;
+			for (size_t p = at; p < end; p += 9) {
+				char hex[9] = { 0 };
+
+				memcpy(hex, line + p, 8);
+				ids[(*n)++] = (uint32_t)strtoul(hex, NULL, 16);
+			}
+		}
+		at = end + 1;
+	}
+	start[SS_SPARSE] = (uint32_t)*n;
+	return true;
+}
+
+/* The whole file through ss_reader_fill_bags(), skipping bad lines,
+ * against the reference. */
+static void check_bags(const char *path, const uint8_t *data, size_t size)
+{
+	struct ss_example *want = calloc(size + 1, sizeof(*want)), got[8];
+	uint32_t *ids = calloc(size + 1, sizeof(uint32_t));
+	uint32_t *start = calloc((size + 1) * SS_SPARSE + 1, sizeof(uint32_t));
+	struct ss_bags *bags;
+	struct ss_reader *r;
+	size_t at = 0, n_ids = 0;
+	int lines = 0, good = 0, seen = 0, rc;
+
+	while (at < size) {
+		const uint8_t *nl = memchr(data + at, '\n', size - at);
+		size_t len = nl ? (size_t)(nl - (data + at)) : size - at;
+
+		lines++;
+		if (len <= MAX_LINE && !memchr(data + at, '\0', len) &&
+		    bags_reference((const char *)data + at, len, &want[good],
+				   ids, &n_ids,
+				   start + (size_t)good * SS_SPARSE))
+			good++;
+		at += len + (nl != NULL);
+	}
+	FUZZ_CHECK(ss_bags_create(&bags, 8) == 0, "bags");
+	FUZZ_CHECK(ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP) == 0,
+		   "open");
+	while ((rc = ss_reader_fill_bags(r, got, bags, 8)) > 0) {
+		for (int i = 0; i < rc; i++) {
+			size_t k = (size_t)(seen + i) * SS_SPARSE;
+
+			FUZZ_CHECK(seen + i < good, "more examples than %d",
+				   good);
+			FUZZ_CHECK(!memcmp(&got[i], &want[seen + i],
+					   sizeof(got[i])),
+				   "bags: example %d differs", seen + i);
+			for (int j = 0; j < SS_SPARSE; j++) {
+				uint32_t a = bags->start[i * SS_SPARSE + j],
+					 b = bags->start[i * SS_SPARSE + j + 1];
+
+				FUZZ_CHECK(
+					b - a ==
+						start[k + j + 1] - start[k + j],
+					"example %d, C%d: %u values, want %u",
+					seen + i, j + 1, b - a,
+					start[k + j + 1] - start[k + j]);
+				FUZZ_CHECK(!memcmp(bags->ids + a,
+						   ids + start[k + j],
+						   (b - a) * sizeof(uint32_t)),
+					   "example %d, C%d: values differ",
+					   seen + i, j + 1);
+			}
+		}
+		seen += rc;
+	}
+	FUZZ_CHECK(rc == 0, "bags: rc %d: %s", rc, ss_last_error()->why);
+	FUZZ_CHECK(seen == good, "bags: %d examples, want %d", seen, good);
+	FUZZ_CHECK(ss_reader_skipped(r) == (uint64_t)(lines - good),
+		   "bags: %llu skipped, want %d",
+		   (unsigned long long)ss_reader_skipped(r), lines - good);
+	ss_reader_close(&r);
+	ss_bags_destroy(&bags);
+	free(want);
+	free(ids);
+	free(start);
+}
+
 /* Ranges cut at @cuts read the same as the whole file. */
 static void check_cut(const char *path, size_t size, const size_t *cuts, int k,
 		      const struct got *skip, const struct got *fail)
@@ -200,6 +356,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	expect_lines(data, size, &e);
 	check_whole(path, size, &e, &skip, &fail);
+	check_bags(path, data, size);
 
 	/* two ranges, cut at every byte of a small file; of a larger one,
 	 * around its first newlines and at bytes picked by its hash (a few:

@@ -20,7 +20,8 @@ static void ss_gen_usage(FILE *out)
 		"                           [--zipf A[:B]] [--shape S] [--cardinality K]\n"
 		"                           [--cap K] [--missing P] [--value-scale X]\n"
 		"                           [--pair-scale X] [--dense-pair-scale X]\n"
-		"                           [--dense-cat-scale X] [--stream K] [--json]\n"
+		"                           [--dense-cat-scale X] [--multi-hot SIZES]\n"
+		"                           [--stream K] [--json]\n"
 		"\n"
 		"Write N examples in the Criteo Kaggle format (label, I1..I13, C1..C26,\n"
 		"tab-separated) drawn from a planted teacher model, and FILE.teacher.json\n"
@@ -53,6 +54,13 @@ static void ss_gen_usage(FILE *out)
 		"  -d, --dense-pair-scale X  weight of 6 dense x dense products (default 0)\n"
 		"  -x, --dense-cat-scale X   weight of 6 dense x categorical terms: each\n"
 		"                         value its own slope on a dense feature (default 0)\n"
+		"  -M, --multi-hot SIZES  values in each categorical field: one number for\n"
+		"                         all 26, 26 separated by commas, or mlperf (the\n"
+		"                         sizes of MLPerf's DLRMv2 synthetic multi-hot\n"
+		"                         Criteo 1TB: 3,2,1,2,6,1,1,1,1,7,3,8,1,6,9,5,1,\n"
+		"                         1,1,12,100,27,10,3,1,1); comma-separated in the\n"
+		"                         field; the teacher sees each bag's mean\n"
+		"                         (default 1: one value a field)\n"
 		"  -j, --json             print the summary as JSON\n"
 		"  -h, --help             this help\n");
 }
@@ -63,6 +71,47 @@ static void ss_json_field(FILE *f, const char *key, const char *format,
 {
 	fprintf(f, ",\"%s\":", key);
 	ss_json_double(f, format, v);
+}
+
+/* --multi-hot: N for all, 26 numbers, or mlperf's sizes. */
+static int ss_gen_parse_multi_hot(const char *text, struct ss_gen_options *o)
+{
+	static const uint32_t mlperf[SS_SPARSE] = {
+		3, 2, 1, 2, 6, 1, 1,  1,   1,  7,  3, 8, 1,
+		6, 9, 5, 1, 1, 1, 12, 100, 27, 10, 3, 1, 1,
+	};
+	char copy[512], *rest = copy, *tok;
+	int n = 0;
+
+	if (!strcmp(text, "mlperf")) {
+		memcpy(o->multi_hot, mlperf, sizeof(mlperf));
+		return 0;
+	}
+	if (strlen(text) >= sizeof(copy))
+		return ss_error_set(SS_EUSAGE, "too long", NULL,
+				    "--multi-hot '%.32s...'", text);
+	strcpy(copy, text);
+	while ((tok = strsep(&rest, ","))) {
+		long v;
+		int rc;
+
+		if (n == SS_SPARSE)
+			return ss_error_set(SS_EUSAGE, "more than 26 sizes",
+					    "one for all, or one a feature",
+					    "--multi-hot '%s'", text);
+		rc = ss_parse_long("--multi-hot", tok, 1, SS_GEN_MAX_HOT, &v);
+		if (rc < 0)
+			return rc;
+		o->multi_hot[n++] = (uint32_t)v;
+	}
+	if (n != 1 && n != SS_SPARSE)
+		return ss_error_set(SS_EUSAGE, "want 1 or 26 sizes",
+				    "one for all, or one a feature: e.g. "
+				    "mlperf's",
+				    "--multi-hot '%s' (%d sizes)", text, n);
+	for (int j = 1; n == 1 && j < SS_SPARSE; j++)
+		o->multi_hot[j] = o->multi_hot[0];
+	return 0;
 }
 
 static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
@@ -103,6 +152,15 @@ static int ss_write_teacher(const char *path, const struct ss_gen_options *o,
 		ss_json_field(f, "missing", "%g", o->missing);
 	ss_json_field(f, "dense_pair_scale", "%g", o->dense_pair_scale);
 	ss_json_field(f, "dense_cat_scale", "%g", o->dense_cat_scale);
+	for (int j = 0; j < SS_SPARSE; j++)
+		if (o->multi_hot[j] > 1) {
+			fputs(",\"multi_hot\":[", f);
+			for (int k = 0; k < SS_SPARSE; k++)
+				fprintf(f, "%s%u", k ? "," : "",
+					o->multi_hot[k] ? o->multi_hot[k] : 1);
+			fputs("]", f);
+			break;
+		}
 	fputs("}\n", f);
 	return fclose(f) == 0 ?
 		       0 :
@@ -152,6 +210,7 @@ int ss_cmd_gen_data(int argc, char **argv)
 		{ "missing", required_argument, NULL, 'm' },
 		{ "dense-pair-scale", required_argument, NULL, 'd' },
 		{ "dense-cat-scale", required_argument, NULL, 'x' },
+		{ "multi-hot", required_argument, NULL, 'M' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -169,8 +228,9 @@ int ss_cmd_gen_data(int argc, char **argv)
 
 	ss_gen_options_init(&o);
 	optind = 1;
-	while ((opt = getopt_long(argc, argv, "o:n:s:t:c:z:S:k:K:m:d:x:w:p:jh",
-				  options, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv,
+				  "o:n:s:t:c:z:S:k:K:m:d:x:w:p:M:jh", options,
+				  NULL)) != -1) {
 		switch (opt) {
 		case 'o':
 			out = optarg;
@@ -231,6 +291,9 @@ int ss_cmd_gen_data(int argc, char **argv)
 		case 'p':
 			rc = ss_parse_double("--pair-scale", optarg, 0, 10,
 					     &o.pair_scale);
+			break;
+		case 'M':
+			rc = ss_gen_parse_multi_hot(optarg, &o);
 			break;
 		case 'j':
 			json = true;

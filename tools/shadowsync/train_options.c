@@ -55,6 +55,9 @@ static void ss_train_usage(FILE *out)
 		"                         DLRM-DCNv2: the top MLP then takes 27 x emb-dim)\n"
 		"  --cross-layers L       dcn: cross layers (default 3)\n"
 		"  --cross-rank R         dcn: their rank (default 64; DLRMv2: 512)\n"
+		"  --pooling P            sum (default) or mean of a feature's rows where\n"
+		"                         its field holds several values (multi-hot data:\n"
+		"                         comma-separated; replicated or local tables)\n"
 		"  --hash-size N          rows per embedding table (default 100000); or 26\n"
 		"                         numbers, one a table (N1,N2,...), or @FILE of them\n"
 		"  --seed S               model initialization; the same on every rank (1)\n"
@@ -161,6 +164,7 @@ enum {
 	OPT_INTERACTION,
 	OPT_CROSS_LAYERS,
 	OPT_CROSS_RANK,
+	OPT_POOLING,
 	OPT_SEED,
 	OPT_THREADS,
 	OPT_BATCH,
@@ -324,6 +328,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 		{ "interaction", required_argument, NULL, OPT_INTERACTION },
 		{ "cross-layers", required_argument, NULL, OPT_CROSS_LAYERS },
 		{ "cross-rank", required_argument, NULL, OPT_CROSS_RANK },
+		{ "pooling", required_argument, NULL, OPT_POOLING },
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "batch", required_argument, NULL, OPT_BATCH },
@@ -449,6 +454,10 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 			break;
 		case OPT_CROSS_RANK:
 			rc = ss_cmd_model_option("--cross-rank", optarg,
+						 &c->model);
+			break;
+		case OPT_POOLING:
+			rc = ss_cmd_model_option("--pooling", optarg,
 						 &c->model);
 			break;
 		case OPT_SEED:

@@ -108,11 +108,15 @@ static int ss_check_checkpoint(const char *option, const char *path,
 static int ss_check_test_format(const char *path, enum ss_bad_lines bad)
 {
 	struct ss_reader *r = NULL;
+	struct ss_bags *bags = NULL; /* multi-hot lines read too */
 	struct ss_example ex;
-	int rc = ss_reader_open(&r, path, 0, 0, bad);
+	int rc = ss_bags_create(&bags, 1);
 
 	if (rc == 0)
-		rc = ss_reader_next(r, &ex);
+		rc = ss_reader_open(&r, path, 0, 0, bad);
+	if (rc == 0)
+		rc = ss_reader_fill_bags(r, &ex, bags, 1);
+	ss_bags_destroy(&bags);
 	if (rc == 0)
 		rc = ss_error_set(SS_EPARSE, "no examples in it",
 				  "every line was malformed", "--test '%s'",

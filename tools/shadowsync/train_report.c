@@ -80,15 +80,19 @@ int ss_predict_each(const struct ss_model_config *m, const float *params,
 {
 	struct ss_model_work *w = NULL;
 	struct ss_reader *r = NULL;
+	struct ss_bags *bags = NULL; /* local tables: multi-hot data too */
 	struct ss_example batch[256];
 	float p[256];
 	int rc, got;
 
 	rc = ss_model_work_create(&w, m, 256);
+	if (rc == 0 && !table)
+		rc = ss_bags_create(&bags, 256);
 	if (rc == 0)
 		rc = ss_reader_open(&r, path, 0, 0, bad);
 	while (rc == 0) {
-		got = ss_reader_fill(r, batch, 256);
+		got = bags ? ss_reader_fill_bags(r, batch, bags, 256) :
+			     ss_reader_fill(r, batch, 256);
 		if (got <= 0) {
 			rc = got;
 			break;
@@ -97,12 +101,14 @@ int ss_predict_each(const struct ss_model_config *m, const float *params,
 			rc = ss_predict_sharded(m, params, table, w, batch, got,
 						p);
 		else
-			ss_model_predict(m, params, w, batch, got, p);
+			rc = ss_model_predict_bags(m, params, w, batch, bags,
+						   got, p);
 		if (rc == 0)
 			rc = each(ctx, batch, p, got);
 	}
 	*skipped = r ? ss_reader_skipped(r) : 0;
 	ss_reader_close(&r);
+	ss_bags_destroy(&bags);
 	ss_model_work_destroy(&w);
 	return rc;
 }
