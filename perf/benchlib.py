@@ -180,3 +180,21 @@ class CpuLimit:
                 os.rmdir(self.path)
             except OSError:
                 pass
+
+
+# MLPerf's DLRM-DCNv2 (TorchRec's DLRM_DCN: embeddings of 128, bottom
+# 13-512-256-128, 3 cross layers of rank 512 on 27 x 128, top
+# 1024-1024-512-256-1, Adagrad, the Criteo 1TB multi-hot bag sizes) scaled
+# to a core of this machine: widths a quarter (32; rank 128 of 864),
+# MLPs halved and shortened, tables capped at 40000 rows; the bags and the
+# Criteo cardinalities (capped) as MLPerf's.  Each: the model's options
+# (as train, gemm-peak and torch_ctr.py take them), gen-data's options for
+# its data, and the optimizer its benchmarks default to.
+MODELS = {
+    "dlrm": ([], [], "sgd"),
+    "dlrmv2": (["--emb-dim", "32", "--bottom", "13-256-64-32", "--top",
+                "512-256-1", "--interaction", "dcn", "--cross-layers", "3",
+                "--cross-rank", "128", "--hash-size", "40000"],
+               ["--multi-hot", "mlperf", "--shape", "criteo", "--cap",
+                "40000"], "adagrad"),
+}

@@ -7,7 +7,8 @@
  * model's floating-point operations an example, from its sizes.
  *
  *   gemm-peak [--batch 128] [--emb-dim 16] [--bottom 13-512-256-64-16]
- *             [--top 512-256-1] [--seconds 1] [--json]
+ *             [--top 512-256-1] [--interaction dot|dcn] [--cross-layers L]
+ *             [--cross-rank R] [--seconds 1] [--json]
  */
 #include <cblas.h>
 #include <getopt.h>
@@ -30,7 +31,8 @@ static void usage(FILE *out)
 		"batch; and the model's FLOPs an example (forward and backward).\n"
 		"\n"
 		"  --batch N              examples a step (default 128)\n"
-		"  --emb-dim N, --bottom SIZES, --top SIZES   the model, as for train\n"
+		"  --emb-dim N, --bottom SIZES, --top SIZES, --interaction I,\n"
+		"  --cross-layers L, --cross-rank R   the model, as for train\n"
 		"  --seconds S            time each measurement at least S (default 1)\n"
 		"  --json                 one JSON object\n"
 		"  -h, --help             this help\n");
@@ -47,8 +49,9 @@ static int layer_shapes(const struct ss_model_config *m, int *in, int *out)
 /*
  * FLOPs an example: each layer's forward, weight gradient and input
  * gradient (2 in out each; the first layer's input needs none), and the
- * interaction's dot products of the 27 vectors, forward and back (their
- * gradient with respect to both vectors).
+ * interaction: the dot products of the 27 vectors, forward and back
+ * (their gradient with respect to both vectors), or the cross network's
+ * GEMMs (per layer 2 forward, 4 backward, 2 d R each).
  */
 static double model_flops(const struct ss_model_config *m)
 {
@@ -58,6 +61,9 @@ static double model_flops(const struct ss_model_config *m)
 
 	for (int l = 0; l < n; l++)
 		f += 2.0 * in[l] * out[l] * (l == 0 ? 2 : 3);
+	if (m->interaction == SS_INTERACTION_DCN)
+		return f + 12.0 * ss_model_top_input(m) * m->cross_rank *
+				   m->cross_layers;
 	return f + pairs * 2 * m->emb_dim * 3;
 }
 
@@ -111,9 +117,11 @@ static double square_gflops(double seconds)
 	return best;
 }
 
-/* The shapes and buffers of one step's GEMMs. */
+/* The shapes and buffers of one step's GEMMs; the cross network's
+ * (layers 0: none) of width d and rank r. */
 struct step {
 	int n, in[2 * SS_MAX_LAYERS + 2], out[2 * SS_MAX_LAYERS + 2], batch;
+	int layers, d, r;
 	float *x, *w, *y;
 };
 
@@ -136,6 +144,19 @@ static double step_run(const struct step *st, int reps)
 				s += gemm(0, 0, b, i, o, st->y, st->w, st->x,
 					  1);
 		}
+	/* each cross layer: forward x V^T, v W^T; backward dxw W, dxv V,
+	 * dxw^T v, dxv^T x */
+	for (int r = 0; r < reps; r++)
+		for (int l = 0; l < st->layers; l++) {
+			int b = st->batch, d = st->d, k = st->r;
+
+			s += gemm(0, 1, b, k, d, st->x, st->w, st->y, 1);
+			s += gemm(0, 1, b, d, k, st->y, st->w, st->x, 1);
+			s += gemm(0, 0, b, k, d, st->x, st->w, st->y, 1);
+			s += gemm(0, 0, b, d, k, st->y, st->w, st->x, 1);
+			s += gemm(1, 0, d, k, b, st->x, st->y, st->w, 1);
+			s += gemm(1, 0, k, d, b, st->y, st->x, st->w, 1);
+		}
 	return s;
 }
 
@@ -153,6 +174,13 @@ static double step_gflops(const struct ss_model_config *m, int batch,
 		widest = st.in[l] > widest ? st.in[l] : widest;
 		widest = st.out[l] > widest ? st.out[l] : widest;
 		flop += 2.0 * batch * st.in[l] * st.out[l] * (l == 0 ? 2 : 3);
+	}
+	if (m->interaction == SS_INTERACTION_DCN) {
+		st.layers = m->cross_layers;
+		st.d = ss_model_top_input(m);
+		st.r = m->cross_rank;
+		widest = st.d > widest ? st.d : widest;
+		flop += 12.0 * batch * st.d * st.r * st.layers;
 	}
 	st.x = floats((size_t)batch * widest);
 	st.y = floats((size_t)batch * widest);
@@ -178,6 +206,9 @@ int main(int argc, char **argv)
 		OPT_EMB,
 		OPT_BOTTOM,
 		OPT_TOP,
+		OPT_INTERACTION,
+		OPT_CROSS_LAYERS,
+		OPT_CROSS_RANK,
 		OPT_SECONDS,
 		OPT_JSON
 	};
@@ -186,6 +217,9 @@ int main(int argc, char **argv)
 		{ "emb-dim", required_argument, NULL, OPT_EMB },
 		{ "bottom", required_argument, NULL, OPT_BOTTOM },
 		{ "top", required_argument, NULL, OPT_TOP },
+		{ "interaction", required_argument, NULL, OPT_INTERACTION },
+		{ "cross-layers", required_argument, NULL, OPT_CROSS_LAYERS },
+		{ "cross-rank", required_argument, NULL, OPT_CROSS_RANK },
 		{ "seconds", required_argument, NULL, OPT_SECONDS },
 		{ "json", no_argument, NULL, OPT_JSON },
 		{ "help", no_argument, NULL, 'h' },
@@ -218,6 +252,20 @@ int main(int argc, char **argv)
 		case OPT_TOP:
 			rc = ss_model_layers_parse("--top", optarg, m.top,
 						   &m.n_top);
+			break;
+		case OPT_INTERACTION:
+			rc = ss_model_interaction_parse("--interaction", optarg,
+							&m);
+			break;
+		case OPT_CROSS_LAYERS:
+			rc = ss_parse_long("--cross-layers", optarg, 1,
+					   SS_MAX_LAYERS, &v);
+			m.cross_layers = (int)v;
+			break;
+		case OPT_CROSS_RANK:
+			rc = ss_parse_long("--cross-rank", optarg, 1, 65536,
+					   &v);
+			m.cross_rank = (int)v;
 			break;
 		case OPT_SECONDS:
 			rc = ss_parse_double("--seconds", optarg, 0.01, 60,

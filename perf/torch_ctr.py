@@ -95,13 +95,59 @@ def hex_values(cols):
     return v
 
 
+def hashed_rows(v, j, hash_size):
+    """Feature @j's values @v (uint64) as rows of the one big table: row
+    j * hash_size + splitmix64(j << 32 | v) % hash_size, our ss_row() in
+    src/train/model.c."""
+    j = np.uint64(j) if np.isscalar(j) else j.astype(np.uint64)
+    rows = splitmix64((j << np.uint64(32)) | v) % np.uint64(hash_size)
+    return rows + j * np.uint64(hash_size)
+
+
+def multi_hot_rows(fields, hash_size):
+    """Multi-hot fields (several comma-separated values; empty: the value
+    0, as src/train/criteo.c reads them) as EmbeddingBag input: every
+    value's row, example by example and feature by feature, and the
+    bags' offsets into them (n * 26 + 1, the last the end)."""
+    n = len(fields)
+    lens = np.empty((n, SPARSE), dtype=np.int64)
+    cols = []
+    for j in range(SPARSE):
+        col = [f[1 + DENSE + j] for f in fields]
+        lens[:, j] = [c.count(b",") + 1 for c in col]
+        vals = hex_values(np.array(b",".join(col).split(b","), dtype="S8"))
+        cols.append(hashed_rows(vals, j, hash_size))
+    offs = np.zeros(n * SPARSE + 1, dtype=np.int64)
+    np.cumsum(lens.reshape(-1), out=offs[1:])
+    flat = np.empty(offs[-1], dtype=np.int64)
+    for j in range(SPARSE):
+        lj = lens[:, j]
+        first = np.cumsum(lj) - lj  # each example's first in column j
+        flat[np.repeat(offs[j:-1:SPARSE] - first, lj) +
+             np.arange(lj.sum())] = cols[j].astype(np.int64)
+    return torch.from_numpy(flat), torch.from_numpy(offs)
+
+
+def batch_rows(rows, b, e):
+    """Examples [b, e)'s rows: a slice of the (n, 26) rows, or of
+    multi-hot bags (their rows and the offsets of their bags)."""
+    if isinstance(rows, torch.Tensor):
+        return rows[b:e]
+    flat, offs = rows
+    s = offs[b * SPARSE]
+    return flat[s:offs[e * SPARSE]], offs[b * SPARSE:e * SPARSE] - s
+
+
 def load(path, hash_size):
     """The file as tensors: labels, dense (log(1 + max(x, 0)), 0 when
-    empty, as src/train/criteo.c) and the rows of one big table: feature j's
-    value v is row j * hash_size + splitmix64(j << 32 | v) % hash_size, our
-    ss_row() in src/train/model.c."""
+    empty, as src/train/criteo.c) and the rows of one big table
+    (hashed_rows()): (n, 26) of them, or multi-hot bags
+    (multi_hot_rows()) where a field holds several values."""
     with open(path, "rb") as f:
-        lines = f.read().split(b"\n")
+        raw = f.read()
+    multi = b"," in raw
+    lines = raw.split(b"\n")
+    del raw
     if lines and lines[-1] == b"":
         lines.pop()
     fields = [ln.rstrip(b"\r").split(b"\t") for ln in lines]
@@ -109,18 +155,19 @@ def load(path, hash_size):
         if len(f) != 1 + DENSE + SPARSE:
             sys.exit(f"torch_ctr.py: error: {path}:{i + 1}: {len(f)} "
                      f"fields, not {1 + DENSE + SPARSE}")
-    a = np.array(fields, dtype="S8")
+    bags = multi_hot_rows(fields, hash_size) if multi else None
+    a = np.array([f[:1 + DENSE] if multi else f for f in fields], dtype="S8")
     del fields, lines
     label = a[:, 0].astype(np.float32)
     dense = a[:, 1:1 + DENSE]
     dense = np.where(dense == b"", b"0", dense).astype(np.int64)
     dense = np.log1p(np.maximum(dense, 0).astype(np.float64))
-    v = hex_values(a[:, 1 + DENSE:])
-    j = np.arange(SPARSE, dtype=np.uint64)
-    rows = splitmix64((j << np.uint64(32)) | v) % np.uint64(hash_size)
-    rows = rows + j * np.uint64(hash_size)
+    if bags is None:
+        rows = hashed_rows(hex_values(a[:, 1 + DENSE:]),
+                           np.arange(SPARSE, dtype=np.uint64), hash_size)
+        bags = torch.from_numpy(rows.astype(np.int64))
     return (torch.from_numpy(label), torch.from_numpy(dense.astype(np.float32)),
-            torch.from_numpy(rows.astype(np.int64)))
+            bags)
 
 
 def mlp(sizes, last_relu):
@@ -160,7 +207,8 @@ class LowRankCrossNet(nn.Module):
 
 class CTR(nn.Module):
 
-    def __init__(self, emb_dim, bottom, top, hash_size, cross=None):
+    def __init__(self, emb_dim, bottom, top, hash_size, cross=None,
+                 pooling=None):
         super().__init__()
         self.bottom = mlp(bottom, True)
         n = 1 + SPARSE
@@ -169,7 +217,12 @@ class CTR(nn.Module):
                       if cross else None)
         self.top = mlp([n * emb_dim if cross else
                         emb_dim + n * (n - 1) // 2] + top, False)
-        self.emb = nn.Embedding(SPARSE * hash_size, emb_dim, sparse=True)
+        # pooling: multi-hot bags through one EmbeddingBag ("sum" or
+        # "mean"); None: one value a feature, an Embedding
+        self.emb = (nn.EmbeddingBag(SPARSE * hash_size, emb_dim,
+                                    mode=pooling, sparse=True)
+                    if pooling else
+                    nn.Embedding(SPARSE * hash_size, emb_dim, sparse=True))
         bound = (1.0 / hash_size)**0.5
         nn.init.uniform_(self.emb.weight, -bound, bound)
         # pairs (a, b), a > b, row by row: our order in ss_forward()
@@ -179,7 +232,10 @@ class CTR(nn.Module):
 
     def forward(self, dense, rows):
         z = self.bottom(dense)  # batch x D
-        e = self.emb(rows)  # batch x 26 x D
+        if isinstance(rows, torch.Tensor):
+            e = self.emb(rows)  # batch x 26 x D
+        else:  # bags: (rows, offsets), 26 a batch's example
+            e = self.emb(*rows).view(z.shape[0], SPARSE, -1)
         t = torch.cat([z.unsqueeze(1), e], dim=1)  # batch x 27 x D
         if self.cross is not None:
             return self.top(self.cross(t.flatten(1))).squeeze(1)
@@ -212,8 +268,8 @@ def worker(i, model, data, lo, hi, args, go, out, shared_opt=None):
     start, cpu = time.monotonic(), time.process_time()
     for b in range(lo, hi, args.batch):
         e = min(b + args.batch, hi)
-        loss = F.binary_cross_entropy_with_logits(model(dense[b:e], rows[b:e]),
-                                                  label[b:e])
+        loss = F.binary_cross_entropy_with_logits(
+            model(dense[b:e], batch_rows(rows, b, e)), label[b:e])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -252,9 +308,10 @@ def held_out(model, path, hash_size, batch=4096):
     sharing their mean rank)."""
     label, dense, rows = load(path, hash_size)
     with torch.no_grad():
-        p = torch.cat([torch.sigmoid(model(dense[b:b + batch],
-                                           rows[b:b + batch]))
-                       for b in range(0, label.shape[0], batch)])
+        n = label.shape[0]
+        p = torch.cat([torch.sigmoid(model(
+            dense[b:b + batch], batch_rows(rows, b, min(b + batch, n))))
+                       for b in range(0, n, batch)])
     p, y = p.double().numpy(), label.double().numpy()
     q = np.clip(p, 1e-7, 1 - 1e-7)
     ll = -np.mean(np.where(y > 0, np.log(q), np.log(1 - q)))
@@ -316,6 +373,9 @@ def main():
                    "low-rank cross network, as train --interaction dcn)")
     p.add_argument("--cross-layers", type=int, default=3)
     p.add_argument("--cross-rank", type=int, default=64)
+    p.add_argument("--pooling", choices=("sum", "mean"), default="sum",
+                   help="a multi-hot field's rows pooled (default sum), "
+                   "as train --pooling")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--test", help="held-out Criteo-format file: NE, AUC "
                    "and calibration at the end, as shadowsync train's")
@@ -347,10 +407,12 @@ def main():
     if n == 0:
         sys.exit(f"torch_ctr.py: error: data file '{args.data}': no examples")
     for t in data:
-        t.share_memory_()
+        for x in (t if isinstance(t, tuple) else (t,)):
+            x.share_memory_()
     model = CTR(args.emb_dim, bottom, top, args.hash_size,
                 (args.cross_layers, args.cross_rank)
-                if args.interaction == "dcn" else None)
+                if args.interaction == "dcn" else None,
+                args.pooling if isinstance(data[2], tuple) else None)
     model.share_memory()
     # Adagrad's accumulators in shared memory, made before the fork: one
     # set for every process (Hogwild on the state too, as ours)

@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/adagrad.h"
 #include "base/hogwild.h"
 #include "base/mix.h"
 #include "base/wide.h"
 #include "cross.h"
+#include "train/adagrad_wide.h"
 
 struct ss__cross_work {
 	int batch;
@@ -159,7 +159,7 @@ SS_HOGWILD static void ss_cross_update(float *p, float *acc, const float *grad,
 				       size_t n, const struct ss_optim *o)
 {
 	if (acc) {
-		ss__adagrad(p, acc, grad, n, o->lr, o->eps);
+		ss__adagrad_wide(p, acc, grad, n, o->lr, o->eps);
 		return;
 	}
 	for (size_t i = 0; i < n; i++)

@@ -36,6 +36,7 @@
 #include "base/mix.h"
 #include "base/wide.h"
 #include "cross.h"
+#include "train/adagrad_wide.h"
 #include "shadowsync/table.h"
 #include "shadowsync/train.h"
 
@@ -921,9 +922,11 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 	}
 	ss_dense_backward(&d, w->in[l], ss_out(c, w, l), dy, dx, w->dw, w->db,
 			  n);
-	ss_update(d.w, ss_acc(o, params, d.w), w->dw,
-		  (size_t)d.out * (size_t)d.in, o);
-	ss_update(d.b, ss_acc(o, params, d.b), w->db, (size_t)d.out, o);
+	/* Adagrad here: the dense layers' own loop, at full width */
+	ss__adagrad_wide(d.w, ss_acc(o, params, d.w), w->dw,
+			 (size_t)d.out * (size_t)d.in, o->lr, o->eps);
+	ss__adagrad_wide(d.b, ss_acc(o, params, d.b), w->db, (size_t)d.out,
+			 o->lr, o->eps);
 }
 
 /*
