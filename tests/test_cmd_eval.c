@@ -434,8 +434,9 @@ Test(cmd_eval, the_dcn_model_trains_evaluates_and_exports)
 /*
  * Multi-hot data (gen-data --multi-hot: MLPerf's bag sizes): train reads
  * it with mean pooling and the DCN model, eval and predict read the test
- * file's bags as train did (the same NE); sharded tables, which take one
- * value a field for now, refuse it naming the file and the field.
+ * file's bags as train did (the same NE); two ranks on sharded tables
+ * (every value a row of the lookups) train it, and their shards
+ * evaluate to rank 0's figures.
  */
 Test(cmd_eval, multi_hot_data_trains_and_evaluates)
 {
@@ -482,12 +483,22 @@ Test(cmd_eval, multi_hot_data_trains_and_evaluates)
 			 " --threads 1 --progress 0 --load mh.ckpt 2>&1"),
 		     1, "%s", out);
 	cr_assert(strstr(out, "another model layout"), "%s", out);
-	cr_assert_neq(
-		run(out, sizeof(out),
-		    "$S launch -n 2 --port %d -- train --data mh.txt " MODEL
-		    " --threads 1 --progress 0 2>&1",
-		    port),
-		0, "%s", out);
-	cr_assert(strstr(out, "mh.txt:"), "%s", out);
-	cr_assert(strstr(out, "several values"), "%s", out);
+	cr_assert_eq(run(trained, sizeof(trained),
+			 "$S launch -n 2 --port %d --json -- train --data "
+			 "mh.txt --test mht.txt " MODEL " " DCN
+			 " --threads 1 --progress 0 --save 's.{rank}' "
+			 "2>/dev/null",
+			 port),
+		     0, "%s", trained);
+	cr_assert(strstr(trained, "\"tables\":\"sharded\""), "%s", trained);
+	cr_assert_lt(cmd_json_number(strstr(trained, "{\"rank\":0"), "test_ne"),
+		     1.0, "%s", trained);
+	cr_assert_eq(run(evaluated, sizeof(evaluated),
+			 "$S eval --load 's.{rank}' --data mht.txt --json "
+			 "2>&1"),
+		     0, "%s", evaluated);
+	cr_assert_float_eq(
+		cmd_json_number(evaluated, "ne"),
+		cmd_json_number(strstr(trained, "{\"rank\":0"), "test_ne"),
+		1e-6, "%s\n%s", trained, evaluated);
 }

@@ -1129,8 +1129,9 @@ static int body_train(struct ss_table *t, int rank, struct job *job)
 }
 
 /* @opt on sharded tables against local ones; tables of several sizes
- * with @sizes. */
-static void train_test(enum ss_optimizer opt, bool sizes)
+ * with @sizes; multi-hot data (fields of 1 to 4 values, mean pooling)
+ * with @bags. */
+static void train_test(enum ss_optimizer opt, bool sizes, bool bags)
 {
 	struct train_job tj = { .job = { .world = 2, .body = body_train } };
 	struct ss_gen_options g;
@@ -1147,9 +1148,12 @@ static void train_test(enum ss_optimizer opt, bool sizes)
 	ss_gen_options_init(&g);
 	g.examples = 1500;
 	g.cardinality = 200;
+	for (int j = 0; bags && j < SS_SPARSE; j++)
+		g.multi_hot[j] = 1 + (uint32_t)(j % 4);
 	cr_assert_eq(ss_gen_data(f, &g, &teacher), 0);
 	fclose(f);
 	small_model(&tj.model, 8, 64);
+	tj.model.pooling = bags ? SS_POOLING_MEAN : SS_POOLING_SUM;
 	for (int j = 0; sizes && j < SS_SPARSE; j++)
 		tj.model.table_rows[j] = 3 + (uint32_t)(j * 37 % 120);
 	ss_train_options_init(&tj.train);
@@ -1175,7 +1179,8 @@ static void train_test(enum ss_optimizer opt, bool sizes)
 	tj.job.opts.lr = tj.train.lr;
 	tj.job.opts.eps = tj.train.adagrad_eps;
 	tj.job.opts.seed = 3;
-	tj.job.opts.max_rows = tj.train.batch * SS_SPARSE;
+	/* bags: 1 + 2 + 3 + 4 values a 4 fields */
+	tj.job.opts.max_rows = tj.train.batch * SS_SPARSE * (bags ? 3 : 1);
 	tj.job.opts.depth = 1;
 	run(&tj.job);
 	unlink(tj.data);
@@ -1183,16 +1188,24 @@ static void train_test(enum ss_optimizer opt, bool sizes)
 
 Test(table, sgd_on_sharded_tables_trains_the_single_node_model, .timeout = 150)
 {
-	train_test(SS_OPT_SGD, false);
+	train_test(SS_OPT_SGD, false, false);
 }
 
 Test(table, adagrad_on_sharded_tables_trains_the_single_node_model,
      .timeout = 150)
 {
-	train_test(SS_OPT_ADAGRAD, false);
+	train_test(SS_OPT_ADAGRAD, false, false);
 }
 
 Test(table, tables_of_several_sizes_train_the_single_node_model, .timeout = 150)
 {
-	train_test(SS_OPT_ADAGRAD, true);
+	train_test(SS_OPT_ADAGRAD, true, false);
+}
+
+/* Multi-hot bags: every value of a batch a row of its lookup, the pooled
+ * gradients summed per row and pushed; the single-node model still. */
+Test(table, multi_hot_bags_on_sharded_tables_train_the_single_node_model,
+     .timeout = 150)
+{
+	train_test(SS_OPT_ADAGRAD, false, true);
 }

@@ -528,6 +528,32 @@ void ss_model_predict_rows(const struct ss_model_config *config,
 			   const struct ss_example *examples, int n,
 			   const float *const *rows, float *p);
 
+/*
+ * The same with multi-hot bags (NULL: one value a feature, as above):
+ * ss_model_batch_rows_bags() writes the row id of every value of the
+ * batch, in the bags' order, and returns how many (@bags->start[n * 26]
+ * - start[0]); the step and the prediction take @rows in that order,
+ * one pointer a value.  @grad_ids and @grads have room for as many
+ * rows as there are values.  The step returns NAN and the prediction
+ * -ENOMEM (the error detail set) when @work could not grow to the
+ * values.
+ */
+int ss_model_batch_rows_bags(const struct ss_model_config *config,
+			     const struct ss_example *examples,
+			     const struct ss_bags *bags, int n, uint64_t *ids);
+double ss_model_step_rows_bags(const struct ss_model_config *config,
+			       float *params, struct ss_model_work *work,
+			       const struct ss_example *examples,
+			       const struct ss_bags *bags, int n,
+			       const struct ss_optim *opt,
+			       const float *const *rows, uint64_t *grad_ids,
+			       float *grads, int *n_grads);
+int ss_model_predict_rows_bags(const struct ss_model_config *config,
+			       const float *params, struct ss_model_work *work,
+			       const struct ss_example *examples,
+			       const struct ss_bags *bags, int n,
+			       const float *const *rows, float *p);
+
 struct ss_topo;
 struct ss_plan;
 struct ss_sync;
@@ -651,7 +677,7 @@ struct ss_train_options {
 	void *range_ctx;
 	/*
 	 * Sharded tables (train --tables sharded): when set, the rows come
-	 * from here (trainer i is its client i, rows of batch * 26 a
+	 * from here (trainer i is its client i, a batch's values a
 	 * lookup), @params holds only the MLPs (ss_model_dense_len()
 	 * floats, and so do Adagrad's accumulators).  With @prefetch 0
 	 * (the default) a trainer posts the next batch's lookup once this

@@ -114,7 +114,15 @@ int ss_table_lookup(struct ss_table *tb, int client, int slot,
 	struct ss__table_lookup *l = ss_slot(tb, client, slot);
 	uint64_t all = tb->all_rows;
 
-	if (!l || n < 0 || n > tb->opts.max_rows)
+	if (n > tb->opts.max_rows)
+		return ss_error_set(
+			-EINVAL, "more rows than a lookup takes (max_rows)",
+			"multi-hot data: a batch held more values "
+			"than the data's first lines had; a smaller "
+			"batch, or those lines first",
+			"table lookup of %d rows, at most %d", n,
+			tb->opts.max_rows);
+	if (!l || n < 0)
 		return ss_error_set(-EINVAL, "bad client, slot or size", NULL,
 				    "table lookup of %d rows", n);
 	for (int i = 0; i < n; i++)

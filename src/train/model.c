@@ -1058,6 +1058,29 @@ static int ss_table_grads(const struct ss_model_config *c,
 	return out;
 }
 
+int ss_model_batch_rows_bags(const struct ss_model_config *c,
+			     const struct ss_example *ex,
+			     const struct ss_bags *bags, int n, uint64_t *ids)
+{
+	const uint32_t *st;
+	int out = 0;
+
+	if (!bags) {
+		ss_model_batch_rows(c, ex, n, ids);
+		return n * SS_SPARSE;
+	}
+	st = bags->start;
+	for (int r = 0; r < n; r++)
+		for (int j = 0; j < SS_SPARSE; j++) {
+			uint64_t first = ss_model_table_first(c, j);
+			size_t k = (size_t)r * SS_SPARSE + (size_t)j;
+
+			for (uint32_t u = st[k]; u < st[k + 1]; u++)
+				ids[out++] = first + ss_row(c, j, bags->ids[u]);
+		}
+	return out;
+}
+
 void ss_model_batch_rows(const struct ss_model_config *c,
 			 const struct ss_example *ex, int n, uint64_t *ids)
 {
@@ -1167,28 +1190,54 @@ double ss_model_step(const struct ss_model_config *c, float *params,
 	return ss_model_step_bags(c, params, w, ex, NULL, n, o);
 }
 
+double ss_model_step_rows_bags(const struct ss_model_config *c, float *params,
+			       struct ss_model_work *w,
+			       const struct ss_example *ex,
+			       const struct ss_bags *bags, int n,
+			       const struct ss_optim *o,
+			       const float *const *rows, uint64_t *grad_ids,
+			       float *grads, int *n_grads)
+{
+	double loss;
+
+	*n_grads = 0;
+	if (ss_uses(c, w, ex, bags, n) < 0)
+		return NAN;
+	w->ext = rows;
+	loss = ss_step(c, params, w, ex, n, o, grad_ids, grads, n_grads);
+	w->ext = NULL;
+	return loss;
+}
+
 double ss_model_step_rows(const struct ss_model_config *c, float *params,
 			  struct ss_model_work *w, const struct ss_example *ex,
 			  int n, const struct ss_optim *o,
 			  const float *const *rows, uint64_t *grad_ids,
 			  float *grads, int *n_grads)
 {
-	double loss;
+	/* one row a feature needs no more room than the batch's */
+	return ss_model_step_rows_bags(c, params, w, ex, NULL, n, o, rows,
+				       grad_ids, grads, n_grads);
+}
 
+int ss_model_predict_rows_bags(const struct ss_model_config *c,
+			       const float *params, struct ss_model_work *w,
+			       const struct ss_example *ex,
+			       const struct ss_bags *bags, int n,
+			       const float *const *rows, float *p)
+{
+	if (ss_uses(c, w, ex, bags, n) < 0)
+		return -ENOMEM;
 	w->ext = rows;
-	(void)ss_uses(c, w, ex, NULL, n); /* within the batch's room */
-	loss = ss_step(c, params, w, ex, n, o, grad_ids, grads, n_grads);
+	ss_forward(c, (float *)params, w, ex, n);
+	memcpy(p, w->p, (size_t)n * sizeof(float));
 	w->ext = NULL;
-	return loss;
+	return 0;
 }
 
 void ss_model_predict_rows(const struct ss_model_config *c, const float *params,
 			   struct ss_model_work *w, const struct ss_example *ex,
 			   int n, const float *const *rows, float *p)
 {
-	w->ext = rows;
-	(void)ss_uses(c, w, ex, NULL, n); /* within the batch's room */
-	ss_forward(c, (float *)params, w, ex, n);
-	memcpy(p, w->p, (size_t)n * sizeof(float));
-	w->ext = NULL;
+	(void)ss_model_predict_rows_bags(c, params, w, ex, NULL, n, rows, p);
 }

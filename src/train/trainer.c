@@ -346,7 +346,7 @@ static int ss_trainer_account(struct ss_trainer *t,
  * (0 once every range is done) or an error.
  */
 static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
-			   struct ss_example *batch)
+			   struct ss_example *batch, struct ss_bags *bags)
 {
 	for (;;) {
 		uint64_t bytes;
@@ -354,7 +354,7 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 
 		if (!*reader)
 			return 0; /* the last range is done */
-		got = ss_trainer_fill(t, *reader, batch, NULL, &bytes);
+		got = ss_trainer_fill(t, *reader, batch, bags, &bytes);
 		if (got < 0)
 			return got;
 		ss_trainer_count(t, got, bytes);
@@ -368,11 +368,56 @@ static int ss_trainer_read(struct ss_trainer *t, struct ss_reader **reader,
 	}
 }
 
+/* Room for @n of each in @ids (one per slot: @slot), @rows, @gids and
+ * @grads (@D floats each), as many as the batches' values. */
+struct ss_sharded_room {
+	uint64_t *ids[SS_TRAIN_MAX_PREFETCH + 1], *gids;
+	const float **rows;
+	float *grads;
+	size_t n_ids[SS_TRAIN_MAX_PREFETCH + 1], n;
+};
+
+static int ss_room_ids(struct ss_sharded_room *r, int slot, size_t n)
+{
+	uint64_t *p;
+
+	if (n <= r->n_ids[slot])
+		return 0;
+	p = realloc(r->ids[slot], n * sizeof(uint64_t));
+	if (!p)
+		return -ENOMEM;
+	r->ids[slot] = p;
+	r->n_ids[slot] = n;
+	return 0;
+}
+
+static int ss_room_grads(struct ss_sharded_room *r, size_t n, size_t D)
+{
+	void *rows, *gids, *grads;
+
+	if (n <= r->n)
+		return 0;
+	rows = realloc(r->rows, n * sizeof(*r->rows));
+	if (rows)
+		r->rows = rows;
+	gids = realloc(r->gids, n * sizeof(uint64_t));
+	if (gids)
+		r->gids = gids;
+	grads = realloc(r->grads, n * D * sizeof(float));
+	if (grads)
+		r->grads = grads;
+	if (!rows || !gids || !grads)
+		return -ENOMEM;
+	r->n = n;
+	return 0;
+}
+
 /*
  * With sharded tables: the lookups of the next @prefetch batches are in
  * flight while this one computes, in slots batch % depth of the table
  * client that this trainer is; with none ahead, the next is posted once
- * this step's gradients are pushed (or applied, when exact).
+ * this step's gradients are pushed (or applied, when exact).  Each batch
+ * reads its bags (multi-hot data: every value a row of the lookup).
  */
 static int ss_trainer_run_sharded(struct ss_trainer *t,
 				  struct ss_model_work *work,
@@ -380,22 +425,24 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 {
 	const struct ss_train_options *o = t->opts;
 	int depth = SS_TRAIN_LOOKUP_DEPTH(o->prefetch), rc = 0,
-	    got[SS_TRAIN_MAX_PREFETCH + 1];
-	size_t per = (size_t)o->batch * SS_SPARSE,
-	       D = (size_t)t->config->emb_dim;
+	    got[SS_TRAIN_MAX_PREFETCH + 1], n_ids[SS_TRAIN_MAX_PREFETCH + 1];
+	size_t D = (size_t)t->config->emb_dim;
 	struct ss_example *batch =
 		malloc((size_t)depth * (size_t)o->batch * sizeof(*batch));
-	uint64_t *ids = malloc((size_t)depth * per * sizeof(uint64_t)),
-		 *gids = malloc(per * sizeof(uint64_t)), posted = 0, done = 0,
-		 steps = 0;
-	const float **rows = malloc(per * sizeof(*rows));
-	float *grads = malloc(per * D * sizeof(float));
+	struct ss_bags *bags[SS_TRAIN_MAX_PREFETCH + 1] = { 0 };
+	struct ss_sharded_room room = { 0 };
+	uint64_t posted = 0, done = 0, steps = 0;
 	/* where the reader was after each batch in flight: published once
 	 * the batch is computed */
 	struct ss_train_slot where[SS_TRAIN_MAX_PREFETCH + 1];
 	bool finished = false;
 
-	if (!batch || !ids || !gids || !rows || !grads) {
+	rc = batch ? 0 : -ENOMEM;
+	for (int k = 0; rc == 0 && k < depth; k++)
+		rc = ss_bags_create(&bags[k], o->batch);
+	if (rc == 0)
+		rc = ss_room_grads(&room, (size_t)o->batch * SS_SPARSE, D);
+	if (rc < 0) {
 		rc = ss_error_set(-ENOMEM, NULL, NULL, "trainer %d", t->index);
 		goto out;
 	}
@@ -405,9 +452,9 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 		       !ss_train_stopping(t->ctl)) {
 			int k = (int)(posted % (uint64_t)depth), n;
 
-			n = ss_trainer_read(t, reader,
-					    batch + (size_t)k *
-							    (size_t)o->batch);
+			n = ss_trainer_read(
+				t, reader, batch + (size_t)k * (size_t)o->batch,
+				bags[k]);
 			if (n < 0) {
 				rc = n;
 				goto out;
@@ -418,12 +465,19 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 			}
 			got[k] = n;
 			where[k] = ss_trainer_where(t, *reader);
-			ss_model_batch_rows(
+			n_ids[k] = (int)bags[k]->start[(size_t)n * SS_SPARSE];
+			if (ss_room_ids(&room, k, (size_t)n_ids[k]) < 0 ||
+			    ss_room_grads(&room, (size_t)n_ids[k], D) < 0) {
+				rc = ss_error_set(-ENOMEM, NULL, NULL,
+						  "trainer %d: %d values",
+						  t->index, n_ids[k]);
+				goto out;
+			}
+			ss_model_batch_rows_bags(
 				t->config, batch + (size_t)k * (size_t)o->batch,
-				n, ids + (size_t)k * per);
-			rc = ss_table_lookup(o->table, t->index, k,
-					     ids + (size_t)k * per,
-					     n * SS_SPARSE);
+				bags[k], n, room.ids[k]);
+			rc = ss_table_lookup(o->table, t->index, k, room.ids[k],
+					     n_ids[k]);
 			if (rc < 0)
 				goto out;
 			posted++;
@@ -435,14 +489,20 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 			batch + (size_t)k * (size_t)o->batch;
 		double loss;
 
-		rc = ss_table_wait(o->table, t->index, k, rows);
+		rc = ss_table_wait(o->table, t->index, k, room.rows);
 		if (rc < 0)
 			goto out;
 		ss_trainer_schedule(t);
-		loss = ss_model_step_rows(t->config, t->params, work, b, got[k],
-					  &t->optim, rows, gids, grads, &ng) *
-		       got[k];
-		rc = ss_table_push(o->table, t->index, gids, grads, ng);
+		loss = ss_model_step_rows_bags(
+			t->config, t->params, work, b, bags[k], got[k],
+			&t->optim, room.rows, room.gids, room.grads, &ng);
+		if (isnan(loss)) { /* no room for the values */
+			rc = ss_last_error()->code;
+			goto out;
+		}
+		loss *= got[k];
+		rc = ss_table_push(o->table, t->index, room.gids, room.grads,
+				   ng);
 		/* exact: the next rows are read with this step in them */
 		if (rc == 0 && o->prefetch == SS_TRAIN_PREFETCH_EXACT)
 			rc = ss_table_flush(o->table, 30000);
@@ -455,10 +515,13 @@ static int ss_trainer_run_sharded(struct ss_trainer *t,
 	}
 out:
 	free(batch);
-	free(ids);
-	free(gids);
-	free(rows);
-	free(grads);
+	for (int k = 0; k < depth; k++) {
+		ss_bags_destroy(&bags[k]);
+		free(room.ids[k]);
+	}
+	free(room.gids);
+	free(room.rows);
+	free(room.grads);
 	return rc;
 }
 
@@ -483,8 +546,8 @@ static int ss_trainer_run(struct ss_trainer *t)
 		return ss_error_set(-ENOMEM, NULL, NULL, "trainer %d",
 				    t->index);
 	rc = ss_model_work_create(&work, t->config, o->batch);
-	/* local tables take multi-hot data (sharded ones, one value a
-	 * feature for now) */
+	/* multi-hot data: the sharded trainer keeps its own, a batch's a
+	 * slot */
 	if (rc == 0 && !o->table)
 		rc = ss_bags_create(&bags, o->batch);
 	if (rc == 0)

@@ -411,8 +411,8 @@ static void ss_doctor_memlock(struct ss_doctor *d)
 	ss_train_options_init(&t);
 	ss_sync_options_init(&so, SS_SYNC_MA); /* train's defaults */
 	t.prefetch = 1;
-	need = ss_train_registered_bytes(&d->model, &t, d->tables, &so,
-					 d->ranks);
+	need = ss_train_registered_bytes(&d->model, &t, SS_SPARSE, d->tables,
+					 &so, d->ranks);
 	rc = ss_memlock_check(0, need, "a run", &limit);
 	printf("locked memory\n");
 	printf("  a run of this model (%zu parameters, tables %s) on %d rank%s registers %.1f MiB a rank; the limit is ",

@@ -79,6 +79,10 @@ struct ss_train_cmd {
 	/* --data's bytes, all its files' (a gzip file's uncompressed); 0
 	 * for standard input, whose length is not known */
 	uint64_t data_size;
+	/* the most values an example of the first --data file's first
+	 * lines holds (26 one a field; more with multi-hot data): what the
+	 * sharded tables' lookups are sized by */
+	int values;
 	const char *gzip; /* a --data file that is gzip; NULL: none */
 	bool stdin_data; /* --data -: standard input */
 	char **data_files; /* --data's files, globs expanded, in order */
@@ -124,11 +128,12 @@ int ss_train_peers(struct ss_train_cmd *c);
 
 /*
  * ss_train_table_options() - the sharded tables' options for model @m
- * trained with @t (the seed left at its default): train's, and what
- * doctor sizes.
+ * trained with @t on data of at most @values values an example (26: one
+ * a field; ss_train_cmd.values) (the seed left at its default): train's,
+ * and what doctor sizes.
  */
 void ss_train_table_options(const struct ss_model_config *m,
-			    const struct ss_train_options *t,
+			    const struct ss_train_options *t, int values,
 			    struct ss_table_options *o);
 
 /*
@@ -358,8 +363,9 @@ int ss_train_resume_shard(struct ss_train_cmd *c, float *params);
  * none), and with sharded @tables its shard, logs and staging.
  */
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
-				 const struct ss_train_options *t, int tables,
-				 const struct ss_sync_options *sync, int world);
+				 const struct ss_train_options *t, int values,
+				 int tables, const struct ss_sync_options *sync,
+				 int world);
 
 /*
  * ss_train_check_shm_space() - over shm, whether /dev/shm has room for

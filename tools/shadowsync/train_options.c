@@ -57,7 +57,7 @@ static void ss_train_usage(FILE *out)
 		"  --cross-rank R         dcn: their rank (default 64; DLRMv2: 512)\n"
 		"  --pooling P            sum (default) or mean of a feature's rows where\n"
 		"                         its field holds several values (multi-hot data:\n"
-		"                         comma-separated; replicated or local tables)\n"
+		"                         comma-separated)\n"
 		"  --hash-size N          rows per embedding table (default 100000); or 26\n"
 		"                         numbers, one a table (N1,N2,...), or @FILE of them\n"
 		"  --seed S               model initialization; the same on every rank (1)\n"
@@ -405,6 +405,7 @@ int ss_train_parse(int argc, char **argv, struct ss_train_cmd *c)
 	c->port = 7000;
 	c->split = -1;
 	c->tables = -1; /* by the world size, once known */
+	c->values = SS_SPARSE; /* one a field, until the data says */
 	c->train.prefetch = 0;
 	/* A key that does not parse is refused: falling back to the default
 	 * would let two jobs with different keys join each other. */

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -123,6 +124,39 @@ static int ss_check_test_format(const char *path, enum ss_bad_lines bad)
 				  path);
 	ss_reader_close(&r);
 	return rc < 0 ? rc : 0;
+}
+
+/*
+ * The most values an example of @path's first lines holds: 26 when every
+ * field has one, more with multi-hot data (a malformed line: what came
+ * before it; training names it).
+ */
+#define SS_VALUES_SAMPLE 4096
+
+static int ss_values_per_example(const char *path)
+{
+	struct ss_reader *r = NULL;
+	struct ss_bags *bags = NULL;
+	struct ss_example *ex = malloc(256 * sizeof(*ex));
+	int most = SS_SPARSE, got = 0;
+
+	if (ex && ss_bags_create(&bags, 256) == 0 &&
+	    ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP) == 0)
+		for (int seen = 0; seen < SS_VALUES_SAMPLE; seen += got) {
+			got = ss_reader_fill_bags(r, ex, bags, 256);
+			if (got <= 0)
+				break;
+			for (int i = 0; i < got; i++) {
+				uint32_t *st = bags->start + i * SS_SPARSE;
+				int n = (int)(st[SS_SPARSE] - st[0]);
+
+				most = n > most ? n : most;
+			}
+		}
+	ss_reader_close(&r);
+	ss_bags_destroy(&bags);
+	free(ex);
+	return most;
 }
 
 /* Whether @path names the same file as @other (which exists). */
@@ -259,6 +293,9 @@ int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data)
 			c->gzip = c->data_files[i];
 	}
 
+	c->values = rc == 0 && !c->stdin_data ?
+			    ss_values_per_example(c->data_files[0]) :
+			    SS_SPARSE;
 	if (rc == 0 && c->test)
 		rc = ss_check_input("--test", c->test, &test);
 	if (rc == 0 && c->test)
@@ -360,8 +397,8 @@ int ss_train_check_shm_space(const struct ss_train_cmd *c)
 	if (c->fabric.transport != SS_TRANSPORT_SHM || c->fabric.world < 2 ||
 	    statvfs("/dev/shm", &vfs) < 0)
 		return 0;
-	need = ss_train_registered_bytes(&c->model, &c->train, c->tables,
-					 &c->sync, c->fabric.world);
+	need = ss_train_registered_bytes(&c->model, &c->train, c->values,
+					 c->tables, &c->sync, c->fabric.world);
 	have = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
 	holds = (unsigned long long)vfs.f_blocks * vfs.f_frsize;
 	snprintf(what, sizeof(what), "%s%s%s",

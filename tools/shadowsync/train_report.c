@@ -9,22 +9,32 @@
 
 #include "train_cmd.h"
 
-/* Predictions of @got examples, their rows from the shards. */
+/* Predictions of @got examples, the rows of their @bags' values from
+ * the shards. */
 static int ss_predict_sharded(const struct ss_model_config *m,
 			      const float *params, struct ss_table *table,
 			      struct ss_model_work *w,
-			      const struct ss_example *batch, int got, float *p)
+			      const struct ss_example *batch,
+			      const struct ss_bags *bags, int got, float *p)
 {
-	static uint64_t ids[256 * SS_SPARSE];
-	static const float *rows[256 * SS_SPARSE];
-	int rc;
+	size_t n = bags->start[(size_t)got * SS_SPARSE];
+	uint64_t *ids = malloc(n * sizeof(*ids));
+	const float **rows = malloc(n * sizeof(*rows));
+	int rc = ids && rows ? 0 :
+			       ss_error_set(-ENOMEM, NULL, NULL,
+					    "looking up %zu rows", n);
 
-	ss_model_batch_rows(m, batch, got, ids);
-	rc = ss_table_lookup(table, 0, 0, ids, got * SS_SPARSE);
+	if (rc == 0)
+		ss_model_batch_rows_bags(m, batch, bags, got, ids);
+	if (rc == 0)
+		rc = ss_table_lookup(table, 0, 0, ids, (int)n);
 	if (rc == 0)
 		rc = ss_table_wait(table, 0, 0, rows);
 	if (rc == 0)
-		ss_model_predict_rows(m, params, w, batch, got, rows, p);
+		rc = ss_model_predict_rows_bags(m, params, w, batch, bags, got,
+						rows, p);
+	free(ids);
+	free(rows);
 	return rc;
 }
 
@@ -80,26 +90,25 @@ int ss_predict_each(const struct ss_model_config *m, const float *params,
 {
 	struct ss_model_work *w = NULL;
 	struct ss_reader *r = NULL;
-	struct ss_bags *bags = NULL; /* local tables: multi-hot data too */
+	struct ss_bags *bags = NULL; /* multi-hot data too */
 	struct ss_example batch[256];
 	float p[256];
 	int rc, got;
 
 	rc = ss_model_work_create(&w, m, 256);
-	if (rc == 0 && !table)
+	if (rc == 0)
 		rc = ss_bags_create(&bags, 256);
 	if (rc == 0)
 		rc = ss_reader_open(&r, path, 0, 0, bad);
 	while (rc == 0) {
-		got = bags ? ss_reader_fill_bags(r, batch, bags, 256) :
-			     ss_reader_fill(r, batch, 256);
+		got = ss_reader_fill_bags(r, batch, bags, 256);
 		if (got <= 0) {
 			rc = got;
 			break;
 		}
 		if (table)
-			rc = ss_predict_sharded(m, params, table, w, batch, got,
-						p);
+			rc = ss_predict_sharded(m, params, table, w, batch,
+						bags, got, p);
 		else
 			rc = ss_model_predict_bags(m, params, w, batch, bags,
 						   got, p);

@@ -13,9 +13,11 @@
 #include "train_cmd.h"
 
 void ss_train_table_options(const struct ss_model_config *m,
-			    const struct ss_train_options *t,
+			    const struct ss_train_options *t, int values,
 			    struct ss_table_options *o)
 {
+	int most = t->batch > 256 ? t->batch : 256;
+
 	ss_table_options_init(o);
 	o->tables = SS_SPARSE;
 	o->rows = m->hash_size;
@@ -29,16 +31,19 @@ void ss_train_table_options(const struct ss_model_config *m,
 	o->lr = t->lr;
 	o->eps = t->adagrad_eps;
 	o->clients = t->threads;
-	o->max_rows = t->batch * SS_SPARSE;
-	/* evaluation looks up 256 examples at a time */
-	if (o->max_rows < 256 * SS_SPARSE)
-		o->max_rows = 256 * SS_SPARSE;
+	/*
+	 * A lookup is a batch's values (evaluation looks up 256 examples at
+	 * a time): one a field, or with multi-hot data twice the most the
+	 * data's first lines showed, for batches of longer lines.
+	 */
+	o->max_rows = most * (values > SS_SPARSE ? 2 * values : SS_SPARSE);
 	o->depth = SS_TRAIN_LOOKUP_DEPTH(t->prefetch);
 }
 
 size_t ss_train_registered_bytes(const struct ss_model_config *m,
-				 const struct ss_train_options *t, int tables,
-				 const struct ss_sync_options *sync, int world)
+				 const struct ss_train_options *t, int values,
+				 int tables, const struct ss_sync_options *sync,
+				 int world)
 {
 	bool sharded = tables == SS_TABLES_SHARDED;
 	size_t need = 0;
@@ -57,7 +62,7 @@ size_t ss_train_registered_bytes(const struct ss_model_config *m,
 	if (sharded) { /* this rank's shard, logs and staging */
 		struct ss_table_options o;
 
-		ss_train_table_options(m, t, &o);
+		ss_train_table_options(m, t, values, &o);
 		need += ss_table_registered_bytes(&o, world);
 	}
 	return need;
@@ -116,7 +121,7 @@ int ss_train_open_table(struct ss_train_cmd *c, float *params, bool live)
 	const char **addrs = NULL;
 	int rc;
 
-	ss_train_table_options(&c->model, &c->train, &o);
+	ss_train_table_options(&c->model, &c->train, c->values, &o);
 	o.seed = (uint64_t)c->seed;
 	/* near the NIC: the shard where the replica is, the applier with
 	 * the shadow thread */
