@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models.h"
 #include "shadowsync/shadowsync.h"
 #include "shadowsync/train.h"
 
@@ -256,34 +257,14 @@ Test(bags, byte_ranges_read_each_multi_hot_line_once)
 	free(text);
 }
 
-/* Small enough to check every group; emb 2. */
+/* Small enough to check every group; 5 rows a table. */
 static void tiny(struct ss_model_config *c, enum ss_interaction in,
 		 enum ss_pooling pool)
 {
-	ss_model_config_init(c);
-	c->emb_dim = 2;
-	c->n_bottom = 3;
-	c->bottom[1] = 3;
-	c->bottom[2] = 2;
-	c->n_top = 2;
-	c->top[0] = 4;
-	c->top[1] = 1;
+	tiny_model(c);
 	c->hash_size = 5;
 	c->interaction = in;
-	c->cross_layers = 2;
-	c->cross_rank = 3;
 	c->pooling = pool;
-}
-
-static void examples(struct ss_example *ex, int n)
-{
-	for (int r = 0; r < n; r++) {
-		ex[r].label = (float)(r % 2);
-		for (int i = 0; i < SS_DENSE; i++)
-			ex[r].dense[i] = (float)sin(r * 7.1 + i * 1.3) + 1.1f;
-		for (int j = 0; j < SS_SPARSE; j++)
-			ex[r].sparse[j] = (uint32_t)(r * 31 + j * 7);
-	}
 }
 
 /*
@@ -346,7 +327,7 @@ Test(bags, one_value_a_feature_through_bags_is_the_single_hot_model)
 		cr_assert(a && z && acc_a && acc_z);
 		ss_model_init(&c, a, 3);
 		memcpy(z, a, len * sizeof(float));
-		examples(ex, 6);
+		fixed_examples(ex, 6);
 		cr_assert_eq(ss_bags_create(&b, 6), 0);
 		for (int i = 0; i <= 6 * SS_SPARSE; i++)
 			b->start[i] = (uint32_t)i;
@@ -394,7 +375,7 @@ Test(bags, a_bag_predicts_as_a_row_holding_its_pool)
 		params = malloc(ss_model_len(&c) * sizeof(float));
 		pooled = malloc(ss_model_len(&c) * sizeof(float));
 		ss_model_init(&c, params, 8);
-		examples(ex, 2);
+		fixed_examples(ex, 2);
 		ex[1] = ex[0];
 		ex[1].sparse[3] = 12345; /* b */
 		ss_model_batch_rows(&c, &ex[0], 1, ida);
@@ -428,19 +409,6 @@ Test(bags, a_bag_predicts_as_a_row_holding_its_pool)
 		free(params);
 		free(pooled);
 	}
-}
-
-static double mean_loss(const struct ss_model_config *c, const float *params,
-			struct ss_model_work *w, const struct ss_example *ex,
-			const struct ss_bags *b, int n)
-{
-	float p[8];
-	double loss = 0;
-
-	cr_assert_eq(ss_model_predict_bags(c, params, w, ex, b, n, p), 0);
-	for (int r = 0; r < n; r++)
-		loss -= ex[r].label ? log(p[r]) : log(1 - p[r]);
-	return loss / n;
 }
 
 /*
@@ -480,7 +448,7 @@ Test(bags, gradients_through_bags_match_finite_differences)
 		v = malloc(len * sizeof(float));
 		cr_assert(params && after && moved && v);
 		ss_model_init(&c, params, 5);
-		examples(ex, 8);
+		fixed_examples(ex, 8);
 		b = some_bags(ex, 8);
 		cr_assert_eq(ss_model_work_create(&w, &c, 8), 0);
 		memcpy(after, params, len * sizeof(float));
@@ -488,25 +456,10 @@ Test(bags, gradients_through_bags_match_finite_differences)
 			&c, after, w, ex, b, 8,
 			&(struct ss_optim){ .kind = SS_OPT_SGD, .lr = 1 })));
 		for (int g = 0; g < 4; g++) {
-			double analytic = 0, up, down, numeric;
-			float scale = 1.0f / sqrtf((float)(hi[g] - lo[g]));
+			double analytic, numeric;
 
-			for (size_t i = 0; i < len; i++) {
-				float sign = (i * 2654435761u >> 7) % 2 ? 1.0f :
-									  -1.0f;
-
-				v[i] = i >= lo[g] && i < hi[g] ? sign * scale :
-								 0;
-				analytic +=
-					((double)params[i] - after[i]) * v[i];
-			}
-			for (size_t i = 0; i < len; i++)
-				moved[i] = params[i] + t * v[i];
-			up = mean_loss(&c, moved, w, ex, b, 8);
-			for (size_t i = 0; i < len; i++)
-				moved[i] = params[i] - t * v[i];
-			down = mean_loss(&c, moved, w, ex, b, 8);
-			numeric = (up - down) / (2 * t);
+			step_slope(&c, params, after, w, ex, b, 8, lo[g], hi[g],
+				   t, moved, v, &analytic, &numeric);
 			cr_assert(fabs(numeric - analytic) <=
 					  2e-5 + 0.03 * fabs(numeric),
 				  "case %d, group %d: applied %g, numeric %g",
@@ -545,7 +498,7 @@ Test(bags, adagrad_steps_each_row_once_with_its_summed_gradient)
 	acc = calloc(len, sizeof(float));
 	cr_assert(params && sgd && ada && acc);
 	ss_model_init(&c, params, 5);
-	examples(ex, 4);
+	fixed_examples(ex, 4);
 	b = some_bags(ex, 4);
 	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
 	memcpy(sgd, params, len * sizeof(float));

@@ -16,29 +16,9 @@
 /* Small enough to check every group: width 27 x 2 = 54, rank 3. */
 static void tiny_dcn(struct ss_model_config *c, int layers)
 {
-	ss_model_config_init(c);
-	c->emb_dim = 2;
-	c->n_bottom = 3;
-	c->bottom[1] = 3;
-	c->bottom[2] = 2;
-	c->n_top = 2;
-	c->top[0] = 4;
-	c->top[1] = 1;
-	c->hash_size = 3;
+	tiny_model(c);
 	c->interaction = SS_INTERACTION_DCN;
 	c->cross_layers = layers;
-	c->cross_rank = 3;
-}
-
-static void examples(struct ss_example *ex, int n)
-{
-	for (int r = 0; r < n; r++) {
-		ex[r].label = (float)(r % 2);
-		for (int i = 0; i < SS_DENSE; i++)
-			ex[r].dense[i] = (float)sin(r * 7.1 + i * 1.3) + 1.1f;
-		for (int j = 0; j < SS_SPARSE; j++)
-			ex[r].sparse[j] = (uint32_t)(r * 31 + j * 7);
-	}
 }
 
 /* y = relu?(W x + b), one example, in doubles. */
@@ -175,7 +155,7 @@ Test(dcn, forward_matches_the_definition)
 			for (size_t i = 0; i < d; i++)
 				params[at + i] = 0.1f * (float)sin((double)i);
 		}
-		examples(ex, 5);
+		fixed_examples(ex, 5);
 		cr_assert_eq(ss_model_work_create(&w, &c, 5), 0);
 		ss_model_predict(&c, params, w, ex, 5, p);
 		for (int r = 0; r < 5; r++) {
@@ -190,19 +170,6 @@ Test(dcn, forward_matches_the_definition)
 		ss_model_work_destroy(&w);
 		free(params);
 	}
-}
-
-static double mean_loss(const struct ss_model_config *c, const float *params,
-			struct ss_model_work *w, const struct ss_example *ex,
-			int n)
-{
-	float p[8];
-	double loss = 0;
-
-	ss_model_predict(c, params, w, ex, n, p);
-	for (int r = 0; r < n; r++)
-		loss -= ex[r].label ? log(p[r]) : log(1 - p[r]);
-	return loss / n;
 }
 
 /*
@@ -260,27 +227,15 @@ static void check_groups(int layers, int emb_dim)
 		for (size_t i = 0; i < d; i++)
 			params[at + i] = 0.2f * (float)cos((double)i);
 	}
-	examples(ex, 8);
+	fixed_examples(ex, 8);
 	cr_assert_eq(ss_model_work_create(&w, &c, 8), 0);
 	memcpy(after, params, len * sizeof(float));
 	ss_model_sgd_step(&c, after, w, ex, 8, 1.0f);
 	for (int g = 0; g < groups; g++) {
-		double analytic = 0, up, down, numeric;
-		float scale = 1.0f / sqrtf((float)(end[g] - start[g]));
+		double analytic, numeric;
 
-		for (size_t i = 0; i < len; i++) {
-			float sign = (i * 2654435761u >> 7) % 2 ? 1.0f : -1.0f;
-
-			v[i] = i >= start[g] && i < end[g] ? sign * scale : 0;
-			analytic += ((double)params[i] - after[i]) * v[i];
-		}
-		for (size_t i = 0; i < len; i++)
-			moved[i] = params[i] + t * v[i];
-		up = mean_loss(&c, moved, w, ex, 8);
-		for (size_t i = 0; i < len; i++)
-			moved[i] = params[i] - t * v[i];
-		down = mean_loss(&c, moved, w, ex, 8);
-		numeric = (up - down) / (2 * t);
+		step_slope(&c, params, after, w, ex, NULL, 8, start[g], end[g],
+			   t, moved, v, &analytic, &numeric);
 		cr_assert(fabs(numeric - analytic) <=
 				  2e-5 + 0.03 * fabs(numeric),
 			  "%d cross layers, width %d, group %d of %d "
@@ -326,7 +281,7 @@ Test(dcn, adagrad_step_matches_its_closed_form)
 	acc = malloc(len * sizeof(float));
 	cr_assert(params && sgd && ada && acc);
 	ss_model_init(&c, params, 5);
-	examples(ex, 4);
+	fixed_examples(ex, 4);
 	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
 	memcpy(sgd, params, len * sizeof(float));
 	ss_model_sgd_step(&c, sgd, w, ex, 4, 1.0f);

@@ -12,45 +12,6 @@
 #include "models.h"
 #include "shadowsync/train.h"
 
-/* A model small enough to check every parameter. */
-static void tiny(struct ss_model_config *c)
-{
-	ss_model_config_init(c);
-	c->emb_dim = 2;
-	c->n_bottom = 3;
-	c->bottom[0] = 13;
-	c->bottom[1] = 3;
-	c->bottom[2] = 2;
-	c->n_top = 2;
-	c->top[0] = 4;
-	c->top[1] = 1;
-	c->hash_size = 3;
-}
-
-static void examples(struct ss_example *ex, int n)
-{
-	for (int r = 0; r < n; r++) {
-		ex[r].label = (float)(r % 2);
-		for (int i = 0; i < SS_DENSE; i++)
-			ex[r].dense[i] = (float)sin(r * 7.1 + i * 1.3) + 1.1f;
-		for (int j = 0; j < SS_SPARSE; j++)
-			ex[r].sparse[j] = (uint32_t)(r * 31 + j * 7);
-	}
-}
-
-static double mean_loss(const struct ss_model_config *c, const float *params,
-			struct ss_model_work *w, const struct ss_example *ex,
-			int n)
-{
-	float p[8];
-	double loss = 0;
-
-	ss_model_predict(c, params, w, ex, n, p);
-	for (int r = 0; r < n; r++)
-		loss -= ex[r].label ? log(p[r]) : log(1 - p[r]);
-	return loss / n;
-}
-
 /*
  * A model @c seeded with @seed in *@params, and *@after: the same after one
  * SGD step with lr 1 over @n examples, which moves every parameter by
@@ -66,7 +27,7 @@ static void one_step(const struct ss_model_config *c, uint64_t seed,
 	*after = malloc(len * sizeof(float));
 	cr_assert(*params && *after);
 	ss_model_init(c, *params, seed);
-	examples(ex, n);
+	fixed_examples(ex, n);
 	cr_assert_eq(ss_model_work_create(w, c, n), 0);
 	memcpy(*after, *params, len * sizeof(float));
 	ss_model_sgd_step(c, *after, *w, ex, n, 1.0f);
@@ -97,7 +58,7 @@ Test(model, config_checks_and_sizes)
 	c.bottom[c.n_bottom - 1] = 8;
 	cr_assert_eq(ss_model_check(&c), SS_EUSAGE);
 	cr_assert(strstr(ss_last_error()->hint, "--emb-dim"));
-	tiny(&c);
+	tiny_model(&c);
 	cr_assert_eq(ss_model_dense_len(&c),
 		     (size_t)(13 * 3 + 3 + 3 * 2 + 2 + 353 * 4 + 4 + 4 + 1));
 	cr_assert_eq(ss_model_len(&c), ss_model_dense_len(&c) + 26 * 3 * 2);
@@ -119,7 +80,7 @@ Test(model, tables_of_several_sizes)
 	float p[8], q[8], *params;
 	size_t dense;
 
-	tiny(&c);
+	tiny_model(&c);
 	for (int j = 0; j < SS_SPARSE; j++) {
 		c.table_rows[j] = 1 + (uint32_t)(j * 7 % 11);
 		total += c.table_rows[j];
@@ -134,7 +95,7 @@ Test(model, tables_of_several_sizes)
 	params = malloc(ss_model_len(&c) * sizeof(float));
 	cr_assert_not_null(params);
 	ss_model_init(&c, params, 5);
-	examples(ex, 8);
+	fixed_examples(ex, 8);
 	ss_model_batch_rows(&c, ex, 8, ids);
 	for (int i = 0; i < 8 * SS_SPARSE; i++) {
 		int j = i % SS_SPARSE;
@@ -169,7 +130,7 @@ Test(model, gradients_match_finite_differences)
 	int bad = 0, checked = 0;
 	const float eps = 5e-4f;
 
-	tiny(&c);
+	tiny_model(&c);
 	len = ss_model_len(&c);
 	one_step(&c, 3, ex, 4, &w, &params, &after);
 	for (size_t i = 0; i < len; i++) {
@@ -178,9 +139,9 @@ Test(model, gradients_match_finite_differences)
 			analytic = (double)params[i] - after[i];
 
 		params[i] = keep + eps;
-		up = mean_loss(&c, params, w, ex, 4);
+		up = mean_log_loss(&c, params, w, ex, NULL, 4);
 		params[i] = keep - eps;
-		down = mean_loss(&c, params, w, ex, 4);
+		down = mean_log_loss(&c, params, w, ex, NULL, 4);
 		params[i] = keep;
 		numeric = (up - down) / (2 * eps);
 		checked++;
@@ -220,7 +181,7 @@ static void check_groups(int emb_dim)
 	 * it at every width but 2 */
 	const float t = 1e-3f;
 
-	tiny(&c);
+	tiny_model(&c);
 	c.emb_dim = emb_dim;
 	c.bottom[2] = emb_dim;
 	layers = c.n_bottom - 1 + c.n_top;
@@ -247,25 +208,12 @@ static void check_groups(int emb_dim)
 	cr_assert(moved && v);
 	one_step(&c, 5, ex, 8, &w, &params, &after);
 	for (int g = 0; g < groups; g++) {
-		double analytic = 0, up, down, numeric;
+		double analytic, numeric;
 
 		/* a unit step whatever the group's size: a wide layer's
-		 * outputs move as little as a bias's */
-		float scale = 1.0f / sqrtf((float)(end[g] - start[g]));
-
-		for (size_t i = 0; i < len; i++) {
-			float sign = (i * 2654435761u >> 7) % 2 ? 1.0f : -1.0f;
-
-			v[i] = i >= start[g] && i < end[g] ? sign * scale : 0;
-			analytic += ((double)params[i] - after[i]) * v[i];
-		}
-		for (size_t i = 0; i < len; i++)
-			moved[i] = params[i] + t * v[i];
-		up = mean_loss(&c, moved, w, ex, 8);
-		for (size_t i = 0; i < len; i++)
-			moved[i] = params[i] - t * v[i];
-		down = mean_loss(&c, moved, w, ex, 8);
-		numeric = (up - down) / (2 * t);
+		 * outputs move as little as a bias's (step_slope) */
+		step_slope(&c, params, after, w, ex, NULL, 8, start[g], end[g],
+			   t, moved, v, &analytic, &numeric);
 		cr_assert(fabs(numeric - analytic) <=
 				  2e-5 + 0.03 * fabs(numeric),
 			  "emb_dim %d, group %d of %d (parameters %zu-%zu): "
@@ -300,14 +248,15 @@ Test(model, adagrad_step_matches_its_closed_form)
 	size_t len;
 	int moved = 0;
 
-	tiny(&c);
+	tiny_model(&c);
 	len = ss_model_len(&c);
 	params = malloc(len * sizeof(float));
 	sgd = malloc(len * sizeof(float));
 	ada = malloc(len * sizeof(float));
 	acc = malloc(len * sizeof(float));
 	ss_model_init(&c, params, 5);
-	examples(ex, 4); /* 3 rows a table: rows repeat within the batch */
+	fixed_examples(ex,
+		       4); /* 3 rows a table: rows repeat within the batch */
 	cr_assert_eq(ss_model_work_create(&w, &c, 4), 0);
 	/* The gradient g: what one SGD step with lr 1 subtracts. */
 	memcpy(sgd, params, len * sizeof(float));
@@ -355,14 +304,14 @@ Test(model, a_short_batch_takes_a_short_step)
 	size_t len;
 	int moved = 0;
 
-	tiny(&c);
+	tiny_model(&c);
 	len = ss_model_len(&c);
 	params = malloc(len * sizeof(float));
 	short_step = malloc(len * sizeof(float));
 	alone = malloc(len * sizeof(float));
 	cr_assert(params && short_step && alone);
 	ss_model_init(&c, params, 9);
-	examples(ex, 1);
+	fixed_examples(ex, 1);
 	cr_assert_eq(ss_model_work_create(&w4, &c, 4), 0);
 	cr_assert_eq(ss_model_work_create(&w1, &c, 1), 0);
 	memcpy(short_step, params, len * sizeof(float));
