@@ -12,6 +12,11 @@ vectors in our order ((1,0), (2,0), (2,1), ...), the top MLP (ReLU but on
 the output), sigmoid, mean binary cross-entropy, plain SGD (or, with
 --optimizer adagrad, Adagrad with its state shared by the processes, as
 ours shares its accumulators) at the same learning rate and batch.
+With --interaction dcn the pairwise dot products give way to DCNv2's
+low-rank cross network over the 27 vectors end to end (LowRankCrossNet,
+as ours); a file whose categorical fields hold several comma-separated
+values (multi-hot) is read into one nn.EmbeddingBag (mode --pooling,
+sparse gradients), its bags example by example.
 Initialization has our distributions, not our values.  --test FILE adds
 held-out NE, AUC and calibration, computed as ours are (perf/hogwild).
 Each process's last batch is the remainder of its slice, and torch's mean

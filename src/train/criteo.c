@@ -90,7 +90,7 @@ static void ss_field_name(int field, char *name, size_t size)
 static int ss_bad_field(int field, const char *text, size_t len,
 			const char *what, char *why, size_t size)
 {
-	char name[8];
+	char name[16]; /* "C26"; room for any int, as GCC counts */
 
 	ss_field_name(field, name, sizeof(name));
 	snprintf(why, size, "field %d (%s) '%.*s' %s", field + 1, name,
