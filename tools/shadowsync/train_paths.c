@@ -129,7 +129,7 @@ static int ss_check_test_format(const char *path, enum ss_bad_lines bad)
 /*
  * The most values an example of @path's first lines holds: 26 when every
  * field has one, more with multi-hot data (a malformed line: what came
- * before it; training names it).
+ * before it, quietly; training names it, or skips it, as it is told).
  */
 #define SS_VALUES_SAMPLE 4096
 
@@ -141,7 +141,7 @@ static int ss_values_per_example(const char *path)
 	int most = SS_SPARSE, got = 0;
 
 	if (ex && ss_bags_create(&bags, 256) == 0 &&
-	    ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_SKIP) == 0)
+	    ss_reader_open(&r, path, 0, 0, SS_BAD_LINES_FAIL) == 0)
 		for (int seen = 0; seen < SS_VALUES_SAMPLE; seen += got) {
 			got = ss_reader_fill_bags(r, ex, bags, 256);
 			if (got <= 0)
