@@ -173,6 +173,17 @@ static int ss_eval_main(int argc, char **argv, bool predict)
 	if (rc < 0)
 		return ss_cmd_fail(prog, rc);
 	rc = ss_blas_check();
+	/*
+	 * The kernels train picks: BLIS's own choice rounds otherwise (on
+	 * CPUs where train asks for AVX-512), and eval then gave train's
+	 * figures only to about 1e-8.
+	 */
+	if (rc == 0) {
+		char note[256];
+
+		ss_blas_setup(note, sizeof(note));
+		ss_log_debug("blas: %s", note);
+	}
 	if (rc == 0)
 		rc = ss_model_load_any(load, &m, &params, NULL);
 	if (rc == 0 && out_path && !(out = fopen(out_path, "w")))
