@@ -19,6 +19,17 @@
 #include "base/wide.h"
 #include "train/adagrad_wide.h"
 
+SS_WIDE SS_HOGWILD void ss__dense_update(float *p, float *acc, const float *g,
+					 size_t n, const struct ss_optim *o)
+{
+	if (acc) {
+		ss__adagrad_wide(p, acc, g, n, o->lr, o->eps);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		p[i] -= o->lr * g[i];
+}
+
 SS_WIDE SS_HOGWILD void ss__adagrad_wide(float *p, float *acc, const float *g,
 					 size_t n, float lr, float eps)
 {

@@ -154,18 +154,6 @@ SS_WIDE static void ss_cross_split(const float *g, const float *x0,
 	}
 }
 
-/* A weight's or bias's step by @o, from its gradient @grad. */
-SS_HOGWILD static void ss_cross_update(float *p, float *acc, const float *grad,
-				       size_t n, const struct ss_optim *o)
-{
-	if (acc) {
-		ss__adagrad_wide(p, acc, grad, n, o->lr, o->eps);
-		return;
-	}
-	for (size_t i = 0; i < n; i++)
-		p[i] -= o->lr * grad[i];
-}
-
 /*
  * dW (d x R) = dxw^T xv and dV (R x d) = dxv^T x_l, applied: SGD adds
  * -lr times the product straight into the weights (as dense.c does);
@@ -184,7 +172,7 @@ SS_HOGWILD static void ss_cross_weight_step(float *wgt, float *acc,
 	}
 	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, rows, 1.0f,
 		    dy, m, x, n_in, 0.0f, scratch, k);
-	ss_cross_update(wgt, acc, scratch, (size_t)m * (size_t)k, o);
+	ss__dense_update(wgt, acc, scratch, (size_t)m * (size_t)k, o);
 }
 
 SS_WIDE static void ss_cross_bias_grad(const float *dxw, float *db, int d,
@@ -202,27 +190,27 @@ SS_WIDE static void ss_cross_add(float *dst, const float *src, size_t n)
 		dst[i] += src[i];
 }
 
+/* The accumulators of the parameters at @p (@acc: the network's), or
+ * NULL for SGD. */
+static float *ss_cross_acc(const struct ss__cross *c, float *acc,
+			   const float *p)
+{
+	return acc ? acc + (p - c->params) : NULL;
+}
+
 void ss__cross_backward(const struct ss__cross *c, struct ss__cross_work *w,
 			float *g, float *tmp, float *dx0, int n,
 			const struct ss_optim *o, float *acc)
 {
 	int d = c->d, R = c->rank;
 	size_t bd = (size_t)n * (size_t)d, stride = (size_t)w->batch * d;
-	size_t off_acc = 0;
 
 	for (int l = c->layers - 1; l >= 0; l--) {
 		float *W, *V, *b, *xl = w->x + (size_t)l * stride,
 				  *xw = w->xw + (size_t)l * stride,
 				  *xv = w->xv + (size_t)l * w->batch * R, *swap;
-		float *aW = NULL, *aV = NULL, *ab = NULL;
 
 		ss_cross_layer(c, l, &W, &V, &b);
-		if (acc) {
-			off_acc = (size_t)(W - c->params);
-			aW = acc + off_acc;
-			aV = aW + (V - W);
-			ab = aW + (b - W);
-		}
 		ss_cross_split(g, w->x, xw, w->dxw, dx0, l == c->layers - 1,
 			       bd);
 		/* dxv (n x R) = dxw W, with W as the forward used it */
@@ -232,10 +220,13 @@ void ss__cross_backward(const struct ss__cross *c, struct ss__cross_work *w,
 		memcpy(tmp, g, bd * sizeof(float));
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, d, R,
 			    1.0f, w->dxv, R, V, d, 1.0f, tmp, d);
-		ss_cross_weight_step(W, aW, w->dxw, d, R, xv, R, n, w->dw, o);
-		ss_cross_weight_step(V, aV, w->dxv, R, d, xl, d, n, w->dw, o);
+		ss_cross_weight_step(W, ss_cross_acc(c, acc, W), w->dxw, d, R,
+				     xv, R, n, w->dw, o);
+		ss_cross_weight_step(V, ss_cross_acc(c, acc, V), w->dxv, R, d,
+				     xl, d, n, w->dw, o);
 		ss_cross_bias_grad(w->dxw, w->db, d, n);
-		ss_cross_update(b, ab, w->db, (size_t)d, o);
+		ss__dense_update(b, ss_cross_acc(c, acc, b), w->db, (size_t)d,
+				 o);
 		swap = g;
 		g = tmp;
 		tmp = swap;

@@ -923,10 +923,9 @@ static void ss_layer_step(const struct ss_model_config *c, float *params,
 	ss_dense_backward(&d, w->in[l], ss_out(c, w, l), dy, dx, w->dw, w->db,
 			  n);
 	/* Adagrad here: the dense layers' own loop, at full width */
-	ss__adagrad_wide(d.w, ss_acc(o, params, d.w), w->dw,
-			 (size_t)d.out * (size_t)d.in, o->lr, o->eps);
-	ss__adagrad_wide(d.b, ss_acc(o, params, d.b), w->db, (size_t)d.out,
-			 o->lr, o->eps);
+	ss__dense_update(d.w, ss_acc(o, params, d.w), w->dw,
+			 (size_t)d.out * (size_t)d.in, o);
+	ss__dense_update(d.b, ss_acc(o, params, d.b), w->db, (size_t)d.out, o);
 }
 
 /*
@@ -1062,6 +1061,7 @@ int ss_model_batch_rows_bags(const struct ss_model_config *c,
 			     const struct ss_example *ex,
 			     const struct ss_bags *bags, int n, uint64_t *ids)
 {
+	uint64_t first[SS_SPARSE];
 	const uint32_t *st;
 	int out = 0;
 
@@ -1069,14 +1069,16 @@ int ss_model_batch_rows_bags(const struct ss_model_config *c,
 		ss_model_batch_rows(c, ex, n, ids);
 		return n * SS_SPARSE;
 	}
+	for (int j = 0; j < SS_SPARSE; j++)
+		first[j] = ss_model_table_first(c, j);
 	st = bags->start;
 	for (int r = 0; r < n; r++)
 		for (int j = 0; j < SS_SPARSE; j++) {
-			uint64_t first = ss_model_table_first(c, j);
 			size_t k = (size_t)r * SS_SPARSE + (size_t)j;
 
 			for (uint32_t u = st[k]; u < st[k + 1]; u++)
-				ids[out++] = first + ss_row(c, j, bags->ids[u]);
+				ids[out++] =
+					first[j] + ss_row(c, j, bags->ids[u]);
 		}
 	return out;
 }

@@ -174,8 +174,8 @@ static struct ss_train_slot ss_trainer_where(const struct ss_trainer *t,
 }
 
 /*
- * The next batch of @reader into @batch (with @bags, multi-hot lines
- * too, their values there), the bytes it took into *@bytes: of the
+ * The next batch of @reader into @batch, their values into @bags
+ * (multi-hot lines too), the bytes it took into *@bytes: of the
  * shared stream under its lock (the first short batch ends it for every
  * trainer).  Returns ss_reader_fill()'s.
  */
@@ -191,10 +191,8 @@ static int ss_trainer_fill(struct ss_trainer *t, struct ss_reader *reader,
 	if (shared)
 		pthread_mutex_lock(&ctl->stream_lock);
 	from = ss_reader_tell(reader);
-	if ((!shared || !ctl->stream_done) && bags)
+	if (!shared || !ctl->stream_done)
 		got = ss_reader_fill_bags(reader, batch, bags, t->opts->batch);
-	else if (!shared || !ctl->stream_done)
-		got = ss_reader_fill(reader, batch, t->opts->batch);
 	*bytes = ss_reader_tell(reader) - from;
 	if (shared) {
 		ctl->stream_done |= got < t->opts->batch;

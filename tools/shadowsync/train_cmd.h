@@ -79,9 +79,9 @@ struct ss_train_cmd {
 	/* --data's bytes, all its files' (a gzip file's uncompressed); 0
 	 * for standard input, whose length is not known */
 	uint64_t data_size;
-	/* the most values an example of the first --data file's first
-	 * lines holds (26 one a field; more with multi-hot data): what the
-	 * sharded tables' lookups are sized by */
+	/* with sharded tables, the most values an example of the first
+	 * --data file's first lines holds (26 one a field; more with
+	 * multi-hot data): what their lookups are sized by; else 26 */
 	int values;
 	const char *gzip; /* a --data file that is gzip; NULL: none */
 	bool stdin_data; /* --data -: standard input */

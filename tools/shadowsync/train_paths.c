@@ -293,9 +293,11 @@ int ss_train_check_paths(struct ss_train_cmd *c, struct stat *data)
 			c->gzip = c->data_files[i];
 	}
 
-	c->values = rc == 0 && !c->stdin_data ?
-			    ss_values_per_example(c->data_files[0]) :
-			    SS_SPARSE;
+	/* they size the sharded tables' lookups, and nothing else */
+	c->values =
+		rc == 0 && !c->stdin_data && c->tables == SS_TABLES_SHARDED ?
+			ss_values_per_example(c->data_files[0]) :
+			SS_SPARSE;
 	if (rc == 0 && c->test)
 		rc = ss_check_input("--test", c->test, &test);
 	if (rc == 0 && c->test)
